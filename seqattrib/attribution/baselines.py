@@ -1,0 +1,202 @@
+"""Reference sequences for (expected) integrated gradients.
+
+Random baselines of a sequence are drawn from a generator seeded by ``random_state`` and the
+sequence's own content, so a subset, a permutation or a shard of X gets exactly the baselines it
+would get in the full run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import parameter_error
+from .._validation import SequenceSource
+
+NAMES = ("zeros", "uniform", "shuffle", "dinuc_shuffle", "random")
+
+
+def sequence_rng(seed: int, x_nlc: np.ndarray) -> np.random.Generator:
+    """A generator that depends only on ``seed`` and the sequence (an (L, 4) array)."""
+    data = np.ascontiguousarray(x_nlc, dtype=np.float32).tobytes()
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+
+
+def _tokens(x_nlc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    columns, tokens = np.unique(x_nlc, axis=0, return_inverse=True)
+    return tokens.reshape(-1), columns
+
+
+def dinucleotide_shuffle(
+    x_nlc: np.ndarray, n_shuffles: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Shuffles of one sequence that keep every dinucleotide count exactly.
+
+    The Altschul-Erickson walk: for each letter, the list of letters that follow it is
+    permuted, keeping the letter's last successor last (so the walk is an Eulerian path through
+    the dinucleotide graph); the walk then reads the lists in order. Letters are the distinct
+    columns of ``x_nlc``, so N (all-zero) and soft columns are shuffled as letters of their own.
+
+    Parameters
+    ----------
+    x_nlc : array of shape (length, 4)
+    n_shuffles : int
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    array of shape (n_shuffles, length, 4)
+    """
+    tokens, columns = _tokens(x_nlc)
+    length = len(tokens)
+    if length <= 2:
+        return np.repeat(x_nlc[None], n_shuffles, axis=0).astype(np.float32)
+    n_tokens = len(columns)
+    successors = [np.flatnonzero(tokens[:-1] == t) + 1 for t in range(n_tokens)]
+    width = max(len(s) for s in successors)
+    table = np.zeros((n_shuffles, n_tokens, width), dtype=np.int64)
+    for t, nxt in enumerate(successors):
+        m = len(nxt)
+        if m == 0:
+            continue
+        order = np.tile(np.arange(m), (n_shuffles, 1))
+        if m > 2:
+            order[:, :-1] = rng.permuted(order[:, :-1], axis=1)
+        table[:, t, :m] = nxt[order]
+    walk = np.empty((n_shuffles, length), dtype=np.int64)
+    walk[:, 0] = tokens[0]
+    used = np.zeros((n_shuffles, n_tokens), dtype=np.int64)
+    rows = np.arange(n_shuffles)
+    for pos in range(1, length):
+        prev = walk[:, pos - 1]
+        walk[:, pos] = tokens[table[rows, prev, used[rows, prev]]]
+        used[rows, prev] += 1
+    return columns[walk].astype(np.float32)
+
+
+def shuffle(x_nlc: np.ndarray, n_shuffles: int, rng: np.random.Generator) -> np.ndarray:
+    """Mononucleotide shuffles: permutations of the positions, shape (n_shuffles, L, 4)."""
+    order = rng.permuted(np.tile(np.arange(len(x_nlc)), (n_shuffles, 1)), axis=1)
+    return x_nlc[order].astype(np.float32)
+
+
+def random_one_hot(x_nlc: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Uniformly random one-hot sequences of the same length, shape (n, L, 4)."""
+    return np.eye(4, dtype=np.float32)[rng.integers(0, 4, size=(n, len(x_nlc)))]
+
+
+_GENERATORS: dict[str, Callable[[np.ndarray, int, np.random.Generator], np.ndarray]] = {
+    "shuffle": shuffle,
+    "dinuc_shuffle": dinucleotide_shuffle,
+    "random": random_one_hot,
+}
+
+
+@dataclass
+class BaselineSpec:
+    """How the engine gets baselines.
+
+    ``constant``: one number for every position (zeros, uniform); ``shared``: (B, *row) for
+    every sequence; otherwise ``per_sequence(x_chunk, first) -> (n, B, *row)``.
+    """
+
+    n_baselines: int
+    description: str
+    constant: float | None = None
+    shared: np.ndarray | None = None
+    per_sequence: Callable[[np.ndarray, int], np.ndarray] | None = None
+
+
+def resolve_baselines(
+    baselines: Any,
+    n_baselines: int,
+    source: SequenceSource,
+    seed: int,
+    func: str,
+    *,
+    per_sequence_array: bool,
+) -> BaselineSpec:
+    """Turn the ``baselines`` argument into a ``BaselineSpec``.
+
+    ``per_sequence_array`` is True for EIG, whose arrays are (B, *row) or (N, B, *row); for IG
+    (one baseline) arrays are (*row) or (N, *row).
+    """
+    row = source.row_shape
+    if isinstance(baselines, str):
+        if baselines == "zeros":
+            return BaselineSpec(1, "zeros", constant=0.0)
+        if baselines == "uniform":
+            return BaselineSpec(1, "uniform", constant=0.25)
+        if baselines in _GENERATORS:
+            generate = _GENERATORS[baselines]
+
+            def per_sequence(x: np.ndarray, first: int) -> np.ndarray:
+                nlc = source.to_nlc(x)
+                out = np.stack([generate(s, n_baselines, sequence_rng(seed, s)) for s in nlc])
+                return source.from_nlc(out)
+
+            return BaselineSpec(n_baselines, baselines, per_sequence=per_sequence)
+        raise parameter_error(
+            func,
+            "baselines",
+            "one of " + ", ".join(repr(n) for n in NAMES) + ", an array or a callable",
+            baselines,
+        )
+    if callable(baselines):
+        fn = baselines
+
+        def per_sequence(x: np.ndarray, first: int) -> np.ndarray:
+            out = []
+            for i, s in enumerate(x):
+                b = np.asarray(fn(s, n_baselines, sequence_rng(seed, source.to_nlc(s[None])[0])))
+                b = b.astype(np.float32, copy=False)
+                if b.shape != (n_baselines, *row):
+                    raise parameter_error(
+                        func,
+                        "baselines",
+                        f"a callable returning shape {(n_baselines, *row)} (n_baselines, *X.shape[1:])",
+                        f"shape {b.shape} for sequence {first + i}",
+                        described=True,
+                    )
+                _check_finite(b, func)
+                out.append(b)
+            return np.stack(out)
+
+        return BaselineSpec(n_baselines, "callable", per_sequence=per_sequence)
+    array = np.asarray(baselines, dtype=np.float32)
+    _check_finite(array, func)
+    n = source.n_sequences
+    if per_sequence_array:
+        shared_shape, per_shape = (n_baselines, *row), (n, n_baselines, *row)
+        expected = f"{shared_shape} (n_baselines, *X.shape[1:]) or {per_shape}"
+    else:
+        shared_shape, per_shape = row, (n, *row)
+        expected = f"{shared_shape} (X.shape[1:]) or {per_shape} (one per sequence)"
+    if array.shape == shared_shape:
+        shared = array.reshape(-1, *row)
+        return BaselineSpec(len(shared), "array", shared=shared)
+    if array.shape == per_shape:
+        b = per_shape[-3] if per_sequence_array else 1
+
+        def per_sequence(x: np.ndarray, first: int) -> np.ndarray:
+            return array[first : first + len(x)].reshape(len(x), b, *row)
+
+        return BaselineSpec(b, "array", per_sequence=per_sequence)
+    raise parameter_error(
+        func,
+        "baselines",
+        f"an array of shape {expected}, in the layout of X",
+        f"shape {array.shape}",
+        "Transpose the baselines to the layout of X, or pass a name such as 'dinuc_shuffle'.",
+        described=True,
+    )
+
+
+def _check_finite(array: np.ndarray, func: str) -> None:
+    if not np.isfinite(array).all():
+        raise parameter_error(func, "baselines", "finite", "an array with NaN or inf", described=True)

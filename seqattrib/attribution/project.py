@@ -1,0 +1,44 @@
+"""Per-base scores from attribution tracks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._errors import parameter_error
+from .._validation import infer_alphabet_axis
+
+
+def project(attributions: Any, X: Any, *, alphabet_axis: int | None = None) -> np.ndarray:
+    """One score per position: attributions times the one-hot input, summed over the bases.
+
+    Use this for browser tracks and "top base" summaries; keep the full (L, 4) tracks (or the
+    hypothetical scores) for logos and TF-MoDISco.
+
+    Parameters
+    ----------
+    attributions : array of shape (n_sequences, [K,] length, 4) or (n_sequences, [K,] 4, length)
+        In the layout of X.
+    X : array of shape (n_sequences, length, 4) or (n_sequences, 4, length)
+    alphabet_axis : {None, 1, -1}
+        Axis of X holding the bases; inferred when unambiguous.
+
+    Returns
+    -------
+    ndarray of shape (n_sequences, [K,] length)
+    """
+    X = np.asarray(X, dtype=np.float32)
+    attributions = np.asarray(attributions, dtype=np.float32)
+    axis = infer_alphabet_axis(X.shape, alphabet_axis, "project")
+    if attributions.ndim == 4:
+        X = X[:, None]
+    if attributions.shape[-2:] != X.shape[-2:] or attributions.shape[0] != X.shape[0]:
+        raise parameter_error(
+            "project",
+            "attributions",
+            f"an array matching X of shape {X.shape} (with an optional target axis)",
+            f"shape {attributions.shape}",
+            described=True,
+        )
+    return (attributions * X).sum(axis=axis)

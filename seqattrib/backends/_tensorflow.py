@@ -1,0 +1,196 @@
+"""TensorFlow backend: Keras 3 models on the TensorFlow backend, ``tf.Module`` and callables."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from .._errors import parameter_error
+from ._protocol import OutOfDeviceMemory, TransferStats
+
+_DTYPES = {"float32": tf.float32, "int64": tf.int64, "int32": tf.int32}
+
+
+def _tf_device(device: Any) -> str | None:
+    """'cpu', 'cuda', 'cuda:1', 'gpu:0', '/GPU:0' -> a TensorFlow device string."""
+    if device is None:
+        return None
+    text = str(device)
+    if text.startswith("/"):
+        return text
+    kind, _, index = text.partition(":")
+    kind = {"cuda": "GPU", "gpu": "GPU", "cpu": "CPU"}.get(kind.lower())
+    if kind is None:
+        raise parameter_error(
+            "the TensorFlow backend", "device", "'cpu', 'gpu', 'cuda:N' or '/GPU:N'", device
+        )
+    return f"/{kind}:{index or 0}"
+
+
+def _is_keras(model: Any) -> bool:
+    import sys
+
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(model, keras.Layer)
+
+
+def _as_2d(raw: Any, output_fn: Callable[[Any], Any] | None) -> tf.Tensor:
+    out = output_fn(raw) if output_fn is not None else raw
+    if isinstance(out, (tuple, list, dict)):
+        raise parameter_error(
+            "the model",
+            "output_fn",
+            "given when the model returns a tuple, list or dict",
+            f"an output of type {type(out).__name__}",
+            "Pass output_fn=lambda out: ... returning a (batch, n_outputs) tensor.",
+            described=True,
+        )
+    out = tf.convert_to_tensor(out)
+    if out.shape.rank == 1:
+        return out[:, None]
+    if out.shape.rank != 2:
+        raise parameter_error(
+            "the model",
+            "output_fn",
+            "given when the model output is not (batch, n_outputs)",
+            f"an output of shape {tuple(out.shape)}",
+            "Pass output_fn that reduces it, e.g. lambda out: tf.reduce_sum(out, -1).",
+            described=True,
+        )
+    return out
+
+
+class TensorFlowBackend:
+    """Primitives for Keras 3 (TensorFlow backend) models, ``tf.Module`` and callables."""
+
+    name = "tensorflow"
+
+    def __init__(self) -> None:
+        self.transfers = TransferStats()
+        self._compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @contextmanager
+    def session(self, model: Any, device: Any) -> Iterator[str | None]:
+        name = _tf_device(device)
+        with tf.device(name) if name else nullcontext():
+            yield name
+
+    def describe(self, model: Any) -> str:
+        variables = getattr(model, "trainable_variables", None) or getattr(model, "variables", [])
+        n = int(sum(np.prod(v.shape) for v in variables))
+        return f"{type(model).__module__}.{type(model).__name__} (tensorflow, {n} parameters)"
+
+    # ----------------------------------------------------------------- arrays
+    def asarray(self, array: np.ndarray, dtype: str = "float32") -> tf.Tensor:
+        array = np.ascontiguousarray(array)
+        self.transfers.to_device += array.nbytes
+        return tf.cast(tf.identity(array), _DTYPES[dtype])
+
+    def to_numpy(self, tensor: tf.Tensor) -> np.ndarray:
+        out = np.asarray(tensor.numpy())
+        self.transfers.to_host += out.nbytes
+        return out
+
+    def take(self, tensor: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
+        return tf.gather(tensor, indices, axis=0)
+
+    def concat(self, tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+        return tensors[0] if len(tensors) == 1 else tf.concat(list(tensors), axis=0)
+
+    def reshape(self, tensor: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
+        return tf.reshape(tensor, tuple(shape))
+
+    def mean(self, tensor: tf.Tensor, axis: int, keepdims: bool = True) -> tf.Tensor:
+        return tf.reduce_mean(tensor, axis=axis, keepdims=keepdims)
+
+    def sum(self, tensor: tf.Tensor, axis: Sequence[int]) -> tf.Tensor:
+        return tf.reduce_sum(tensor, axis=tuple(axis))
+
+    def segment_sum(self, values: tf.Tensor, segment_ids: tf.Tensor, n_segments: int) -> tf.Tensor:
+        return tf.math.unsorted_segment_sum(values, segment_ids, n_segments)
+
+    def synchronize(self) -> None:
+        # Eager ops and .numpy() are synchronous from Python's point of view; a tiny copy
+        # to the host waits for the queue on GPUs.
+        tf.constant(0.0).numpy()
+
+    # ----------------------------------------------------------------- model calls
+    def _call(self, model: Any, x: tf.Tensor) -> Any:
+        return model(x, training=False) if _is_keras(model) else model(x)
+
+    def _functions(self, model: Any, output_fn: Callable[[Any], Any] | None) -> dict[Any, Any]:
+        try:
+            per_model = self._compiled.setdefault(model, {})
+        except TypeError:  # not weak-referenceable: compile per call
+            per_model = {}
+        return per_model.setdefault(id(output_fn) if output_fn is not None else None, {})
+
+    def forward(self, model: Any, x: tf.Tensor, output_fn: Callable[[Any], Any] | None) -> tf.Tensor:
+        fns = self._functions(model, output_fn)
+        if "forward" not in fns:
+
+            @tf.function(reduce_retracing=True)
+            def forward_fn(inputs: tf.Tensor) -> tf.Tensor:
+                return tf.cast(_as_2d(self._call(model, inputs), output_fn), tf.float32)
+
+            fns["forward"] = forward_fn
+        try:
+            return fns["forward"](x)
+        except tf.errors.ResourceExhaustedError as exc:
+            raise OutOfDeviceMemory(str(exc)) from exc
+
+    def input_gradients(
+        self,
+        model: Any,
+        x: tf.Tensor,
+        targets: Sequence[int],
+        output_fn: Callable[[Any], Any] | None,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        fns = self._functions(model, output_fn)
+        k = len(targets)
+        loop = fns.get("no_pfor", False) and k > 1
+        key = ("grad_loop", k) if loop else ("grad", k == 1)
+        if key not in fns:
+            fns[key] = self._gradient_function(model, output_fn, k=k, pfor=not loop)
+        index = tf.constant(list(targets), dtype=tf.int32)
+        try:
+            return fns[key](x, index)
+        except tf.errors.ResourceExhaustedError as exc:
+            raise OutOfDeviceMemory(str(exc)) from exc
+        except (ValueError, tf.errors.InvalidArgumentError, NotImplementedError):
+            if k == 1 or loop:
+                raise
+            # A layer without a vectorisation (pfor) rule: loop over K on one tape.
+            fns["no_pfor"] = True
+            return self.input_gradients(model, x, targets, output_fn)
+
+    def _gradient_function(
+        self, model: Any, output_fn: Callable[[Any], Any] | None, *, k: int, pfor: bool
+    ) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+        single = k == 1
+
+        @tf.function(reduce_retracing=True)
+        def gradient_fn(inputs: tf.Tensor, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            with tf.GradientTape(persistent=not single and not pfor) as tape:
+                tape.watch(inputs)
+                out = tf.cast(_as_2d(self._call(model, inputs), output_fn), tf.float32)
+                selected = tf.gather(out, index, axis=1)
+            if single:
+                grads = tape.gradient(tf.reduce_sum(selected), inputs)[:, None]
+            elif pfor:
+                grads = tape.batch_jacobian(selected, inputs, experimental_use_pfor=True)
+            else:
+                grads = tf.stack(
+                    [tape.gradient(tf.reduce_sum(selected[:, i]), inputs) for i in range(k)],
+                    axis=1,
+                )
+            return selected, grads
+
+        return gradient_fn

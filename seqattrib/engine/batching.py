@@ -1,0 +1,115 @@
+"""Batch sizes in device rows: fixed, or probed per model, device and input shape.
+
+Per-row cost falls with batch size while the device is under-used and rises again once
+activations leave the cache (CPU) or memory runs out (GPU), so ``batch_size="auto"`` measures.
+The probe is real work: the first batches of a job run at growing sizes (each size twice, the
+second timed, so tracing and kernel selection stay out of the timing), then the best per-row
+size is kept and cached for the model, device, input shape and number of targets.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+_CACHE: weakref.WeakKeyDictionary[Any, dict[Hashable, int]] = weakref.WeakKeyDictionary()
+_CACHE_BY_ID: dict[int, dict[Hashable, int]] = {}
+
+#: Sizes tried in order (rows). A probe stops at the first size that is not at least
+#: ``1 - _GAIN`` faster per row than the best so far, past ``_MAX_BATCH_SECONDS``, or when the
+#: device runs out of memory.
+_CANDIDATES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+_GAIN = 0.95
+_MAX_BATCH_SECONDS = 4.0
+
+
+def _store(model: Any) -> dict[Hashable, int]:
+    try:
+        return _CACHE.setdefault(model, {})
+    except TypeError:
+        return _CACHE_BY_ID.setdefault(id(model), {})
+
+
+def clear_cache() -> None:
+    """Forget every probed batch size."""
+    _CACHE.clear()
+    _CACHE_BY_ID.clear()
+
+
+class FixedBatchSizer:
+    """The size the user asked for (halved only if the device runs out of memory)."""
+
+    timing = False
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def next_size(self) -> int:
+        return self.size
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """Nothing to learn from a fixed size."""
+
+    def out_of_memory(self, size: int) -> None:
+        if size <= 1:
+            raise MemoryError("One row does not fit on the device.")
+        self.size = max(1, size // 2)
+
+
+class AutoBatchSizer:
+    """Probe on the job's own first batches, then keep the fastest size per row."""
+
+    def __init__(self, model: Any, key: Hashable, n_rows: int) -> None:
+        self._store = _store(model)
+        self._key = key
+        cached = self._store.get(key)
+        self.size = cached if cached is not None else _CANDIDATES[0]
+        self.timing = cached is None
+        self._candidate = 0
+        self._repeat = 0
+        self._n_rows_left = n_rows
+        self._best: tuple[float, int] | None = None  # (seconds per row, size)
+        self.probed: list[tuple[int, float]] = []
+
+    def next_size(self) -> int:
+        return self.size
+
+    def observe(self, rows: int, seconds: float) -> None:
+        self._n_rows_left -= rows
+        if not self.timing:
+            return
+        self._repeat += 1
+        if self._repeat < 2:  # the first batch of a size warms it up
+            return
+        self._repeat = 0
+        if rows < self.size:  # a partial batch at the end: its time says nothing
+            self._finish(cache=False)
+            return
+        per_row = seconds / rows
+        self.probed.append((self.size, per_row))
+        improved = self._best is None or per_row < _GAIN * self._best[0]
+        if self._best is None or per_row < self._best[0]:
+            self._best = (per_row, self.size)
+        next_index = self._candidate + 1
+        concluded = not improved or seconds > _MAX_BATCH_SECONDS or next_index >= len(_CANDIDATES)
+        if concluded or 2 * _CANDIDATES[next_index] > self._n_rows_left:
+            self._finish(cache=concluded)  # a job too small to probe further caches nothing
+            return
+        self._candidate = next_index
+        self.size = _CANDIDATES[next_index]
+
+    def out_of_memory(self, size: int) -> None:
+        if self._best is None:
+            if size <= 1:
+                raise MemoryError("One row does not fit on the device.")
+            self.size = max(1, size // 2)
+            return
+        self._finish(cache=True)
+
+    def _finish(self, cache: bool) -> None:
+        if self._best is not None:
+            self.size = self._best[1]
+        self.timing = False
+        if cache:
+            self._store[self._key] = self.size
