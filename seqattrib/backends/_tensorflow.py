@@ -182,15 +182,16 @@ class TensorFlowBackend:
                 tape.watch(inputs)
                 out = tf.cast(_as_2d(self._call(model, inputs), output_fn), tf.float32)
                 selected = tf.gather(out, index, axis=1)
+                # Rows are independent in eval mode, so the gradient of a sum over rows is
+                # every row's own gradient. Sums are taken on the tape.
+                totals = [tf.reduce_sum(selected[:, i]) for i in range(k)] if not pfor else []
+                total = tf.reduce_sum(selected) if single else None
             if single:
-                grads = tape.gradient(tf.reduce_sum(selected), inputs)[:, None]
+                grads = tape.gradient(total, inputs)[:, None]
             elif pfor:
                 grads = tape.batch_jacobian(selected, inputs, experimental_use_pfor=True)
             else:
-                grads = tf.stack(
-                    [tape.gradient(tf.reduce_sum(selected[:, i]), inputs) for i in range(k)],
-                    axis=1,
-                )
+                grads = tf.stack([tape.gradient(t, inputs) for t in totals], axis=1)
             return selected, grads
 
         return gradient_fn

@@ -64,11 +64,13 @@ class Kernel(Protocol):
 class _Window:
     """Device payload for the sequences [lo, hi) that current and next batches need."""
 
-    def __init__(self, kernel: Kernel, source: SequenceSource, backend: Backend) -> None:
+    def __init__(
+        self, kernel: Kernel, source: SequenceSource, backend: Backend, max_sequences: int
+    ) -> None:
         self.kernel, self.source, self.backend = kernel, source, backend
         self.lo = self.hi = 0
         self.payload: Payload = {}
-        self.chunk = max(1, _CHUNK_ROWS // kernel.rows_per_sequence)
+        self.chunk = max(1, min(max_sequences, _CHUNK_ROWS // kernel.rows_per_sequence))
 
     def ensure(self, first: int, stop: int) -> None:
         if first > self.lo and self.payload:
@@ -109,7 +111,7 @@ def run(
         if batch_size is not None
         else AutoBatchSizer(model, cache_key, plan.n_rows)
     )
-    window = _Window(kernel, source, backend)
+    window = _Window(kernel, source, backend, max_cpu_sequences)
     progress = _progress(source.n_sequences, verbose, description)
     carry: Payload | None = None
     done = _Finished(kernel, backend, sink, max_cpu_sequences, progress)

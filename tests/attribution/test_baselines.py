@@ -1,0 +1,95 @@
+"""Baselines: exact dinucleotide counts, content seeding, arrays and callables."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import LENGTH, make_model
+from helpers import CLOSED_FORM, assert_close
+from models import random_one_hot
+
+import seqattrib as sa
+from seqattrib.attribution.baselines import dinucleotide_shuffle, random_one_hot as draw_random
+from seqattrib.attribution.baselines import sequence_rng, shuffle
+
+
+def _dinucleotides(seq: str) -> Counter:
+    return Counter(seq[i : i + 2] for i in range(len(seq) - 1))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dinucleotide_shuffle_keeps_every_dinucleotide_count(seed):
+    rng = np.random.default_rng(seed)
+    length = int(rng.integers(3, 300))
+    alphabet = list("ACGT") if seed % 2 else list("AACGTN")  # with N and a skewed composition
+    seq = "".join(rng.choice(alphabet, length))
+    x = sa.one_hot(seq)[0]
+    shuffles = dinucleotide_shuffle(x, 20, np.random.default_rng(seed))
+    assert shuffles.shape == (20, length, 4) and shuffles.dtype == np.float32
+    decoded = sa.decode(shuffles)
+    for s in decoded:
+        assert _dinucleotides(s) == _dinucleotides(seq)
+        assert s[0] == seq[0] and s[-1] == seq[-1]
+    if length > 20:
+        assert len(set(decoded)) > 1, "shuffles of a long sequence should differ"
+
+
+def test_dinucleotide_shuffle_of_short_and_soft_sequences():
+    x = sa.one_hot("AC")[0]
+    np.testing.assert_array_equal(dinucleotide_shuffle(x, 3, np.random.default_rng(0)), [x] * 3)
+    soft = np.full((10, 4), 0.25, np.float32)
+    soft[::3] = np.eye(4, dtype=np.float32)[1]
+    out = dinucleotide_shuffle(soft, 4, np.random.default_rng(0))
+    assert sorted(map(tuple, out[0])) == sorted(map(tuple, soft))
+
+
+def test_mononucleotide_and_random_baselines():
+    x = sa.one_hot("ACGTTTGGCAN" * 5)[0]
+    shuffled = shuffle(x, 6, np.random.default_rng(1))
+    np.testing.assert_array_equal(shuffled.sum(axis=1), np.repeat(x.sum(0)[None], 6, axis=0))
+    drawn = draw_random(x, 6, np.random.default_rng(1))
+    np.testing.assert_array_equal(drawn.sum(axis=-1), np.ones((6, len(x))))
+
+
+def test_sequence_rng_depends_on_content_and_seed_only():
+    a, b = sa.one_hot(["ACGTACGTAA", "ACGTACGTAC"])
+    draw = lambda seed, x: sequence_rng(seed, x).integers(0, 2**32, 4)  # noqa: E731
+    np.testing.assert_array_equal(draw(0, a), draw(0, a.copy()))
+    assert not np.array_equal(draw(0, a), draw(0, b))
+    assert not np.array_equal(draw(0, a), draw(1, a))
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_duplicate_sequences_get_identical_attributions(framework, conv_weights):
+    model = make_model(framework, "convnet", conv_weights, "NLC")
+    X = random_one_hot(3, LENGTH, seed=2)
+    X = np.concatenate([X, X[:1]])
+    eig = sa.expected_integrated_gradients(model, X, n_baselines=4, n_steps=3, batch_size=5)
+    assert_close(eig[3], eig[0], 1e-6)
+
+
+def test_callable_baselines_receive_the_sequence_and_a_seeded_rng(linear_weights):
+    model = make_model("torch", "linear", linear_weights, "NCL")
+    X = random_one_hot(3, LENGTH, seed=3, layout="NCL")
+    seen = []
+
+    def half(x, n, rng):
+        seen.append((x.shape, n, isinstance(rng, np.random.Generator)))
+        return np.repeat(x[None] * 0.5, n, axis=0)
+
+    eig = sa.expected_integrated_gradients(model, X, baselines=half, n_baselines=2, n_steps=2)
+    assert seen == [((4, LENGTH), 2, True)] * 3
+    w = linear_weights["w"][:, :, 0].T
+    assert_close(eig, 0.5 * X * w, CLOSED_FORM)
+
+
+def test_constant_baselines_collapse_to_one(linear_weights):
+    """EIG over identical baselines is IG: one path per sequence, same answer."""
+    model = make_model("torch", "linear", linear_weights, "NLC")
+    X = random_one_hot(2, LENGTH, seed=4)
+    eig = sa.expected_integrated_gradients(model, X, baselines="uniform", n_baselines=50,
+                                           n_steps=4, batch_size=1000)
+    assert_close(eig, sa.integrated_gradients(model, X, baselines="uniform", n_steps=4),
+                 CLOSED_FORM)

@@ -1,0 +1,51 @@
+"""Test set-up: torch is imported before TensorFlow (they can crash otherwise), TF32 is off,
+and the toy models of ``models.py`` are shared as fixtures."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+import tensorflow as tf  # noqa: E402
+
+tf.config.experimental.enable_tensor_float_32_execution(False)
+tf.get_logger().setLevel("ERROR")
+
+import models  # noqa: E402
+
+LENGTH = 24
+
+
+@pytest.fixture(scope="session")
+def conv_weights() -> dict[str, np.ndarray]:
+    return models.convnet_weights(n_outputs=3)
+
+
+@pytest.fixture(scope="session")
+def linear_weights() -> dict[str, np.ndarray]:
+    return models.linear_weights(LENGTH, n_outputs=3)
+
+
+_KERAS_CACHE: dict[tuple[str, str], object] = {}
+
+
+def make_model(framework: str, kind: str, weights: dict[str, np.ndarray], layout: str) -> object:
+    """A toy model; Keras models are cached per (kind, layout) to keep tracing costs down."""
+    if framework == "torch":
+        return models.torch_model(kind, weights, layout)
+    key = (kind, layout, id(weights))
+    if key not in _KERAS_CACHE:
+        _KERAS_CACHE[key] = models.keras_model(kind, weights, LENGTH, layout)
+    return _KERAS_CACHE[key]

@@ -1,0 +1,47 @@
+"""The batch-size probe picks the fastest size per row and caches it per model and shape."""
+
+from __future__ import annotations
+
+from seqattrib.engine.batching import AutoBatchSizer
+
+
+class Model:
+    pass
+
+
+def _drive(sizer, cost, n_batches=40):
+    """Feed the sizer batches whose time is cost(size) per row."""
+    sizes = []
+    for _ in range(n_batches):
+        size = sizer.next_size()
+        sizes.append(size)
+        sizer.observe(size, size * cost(size) * 1e-3)  # milliseconds per row
+    return sizes
+
+
+def test_probe_stops_where_per_row_cost_rises_and_caches():
+    model = Model()
+    cost = {16: 1.0, 32: 0.6, 64: 0.4, 128: 0.3, 256: 0.5}.get
+    sizer = AutoBatchSizer(model, "key", n_rows=10**6)
+    sizes = _drive(sizer, lambda s: cost(s, 1.0))
+    assert sizes[:10] == [16, 16, 32, 32, 64, 64, 128, 128, 256, 256]
+    assert set(sizes[10:]) == {128} and not sizer.timing
+    again = AutoBatchSizer(model, "key", n_rows=10**6)
+    assert again.next_size() == 128 and not again.timing
+    assert AutoBatchSizer(model, "other", n_rows=10**6).timing
+
+
+def test_small_jobs_do_not_cache_an_unfinished_probe():
+    model = Model()
+    sizer = AutoBatchSizer(model, "key", n_rows=100)
+    _drive(sizer, lambda s: 1.0 / s, n_batches=4)  # 16, 16, 32, 32 rows: 4 left
+    assert not sizer.timing
+    assert AutoBatchSizer(model, "key", n_rows=10**6).timing
+
+
+def test_out_of_memory_settles_on_the_best_size_so_far():
+    model = Model()
+    sizer = AutoBatchSizer(model, "key", n_rows=10**6)
+    _drive(sizer, lambda s: 1.0 / s, n_batches=4)  # 16, 16, 32, 32: still improving
+    sizer.out_of_memory(64)
+    assert sizer.next_size() == 32 and not sizer.timing
