@@ -144,15 +144,25 @@ def as_source(X: Any, alphabet_axis: int | None, func: str) -> SequenceSource:
             ) from exc
     shape = tuple(int(s) for s in X.shape)
     axis = infer_alphabet_axis(shape, alphabet_axis, func)
-    kind = np.dtype(getattr(X.dtype, "as_numpy_dtype", X.dtype)).kind if _is_np_dtype(X.dtype) else "?"
+    kind = (
+        np.dtype(getattr(X.dtype, "as_numpy_dtype", X.dtype)).kind if _is_np_dtype(X.dtype) else "?"
+    )
     if kind not in "fiub":
         raise parameter_error(
-            func, "X", "a numeric one-hot array", f"dtype {X.dtype}", described=True,
+            func,
+            "X",
+            "a numeric one-hot array",
+            f"dtype {X.dtype}",
+            described=True,
             error=TypeError,
         )
     if shape[0] == 0 or shape[1] == 0 or shape[2] == 0:
         raise parameter_error(
-            func, "X", "non-empty", f"an array of shape {shape}", "Pass at least one sequence.",
+            func,
+            "X",
+            "non-empty",
+            f"an array of shape {shape}",
+            "Pass at least one sequence.",
             described=True,
         )
     return SequenceSource(X, shape[0], (shape[1], shape[2]), axis, func)
@@ -191,7 +201,7 @@ def resolve_targets(target: Any, n_outputs: int, func: str) -> tuple[list[int], 
             raise parameter_error(
                 func, "target", "an int, a sequence of ints or None", target, error=TypeError
             )
-        if not -n_outputs <= t < n_outputs:
+        if not -n_outputs <= int(t) < n_outputs:
             raise parameter_error(
                 func,
                 "target",

@@ -55,9 +55,7 @@ class GradientKernel:
         self.multiply_by_inputs = multiply_by_inputs
         self.correct_gradient = correct_gradient
         self.func = func
-        self._shared = (
-            backend.asarray(baselines.shared) if baselines.shared is not None else None
-        )
+        self._shared = backend.asarray(baselines.shared) if baselines.shared is not None else None
 
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
         payload = {"x": self.backend.asarray(x)}
@@ -89,7 +87,9 @@ class GradientKernel:
             b = be.take(flat, be.asarray(index, "int64"))
         diff = x - b
         alpha = be.asarray(self.alphas[step].reshape(n_rows, 1, 1))
-        outputs, grads = be.input_gradients(self.model, b + alpha * diff, self.targets, self.output_fn)
+        outputs, grads = be.input_gradients(
+            self.model, b + alpha * diff, self.targets, self.output_fn
+        )
         if self.correct_gradient:
             grads = grads - be.mean(grads, axis=self.grad_alphabet_axis, keepdims=True)
         weighted = grads * be.asarray(self.weights[step].reshape(n_rows, 1, 1, 1))

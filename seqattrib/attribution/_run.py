@@ -121,7 +121,11 @@ def gradient_attribution(
             BaselineSpec(1, "zeros", constant=0.0)
             if job.n_steps is None
             else resolve_baselines(
-                job.baselines, job.n_baselines, source, seed, func,
+                job.baselines,
+                job.n_baselines,
+                source,
+                seed,
+                func,
                 per_sequence_array=job.per_sequence_array,
             )
         )

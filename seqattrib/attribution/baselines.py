@@ -159,7 +159,8 @@ def resolve_baselines(
                     raise parameter_error(
                         func,
                         "baselines",
-                        f"a callable returning shape {(n_baselines, *row)} (n_baselines, *X.shape[1:])",
+                        f"a callable returning shape {(n_baselines, *row)} "
+                        "(n_baselines, *X.shape[1:])",
                         f"shape {b.shape} for sequence {first + i}",
                         described=True,
                     )
@@ -171,6 +172,8 @@ def resolve_baselines(
     array = np.asarray(baselines, dtype=np.float32)
     _check_finite(array, func)
     n = source.n_sequences
+    shared_shape: tuple[int, ...]
+    per_shape: tuple[int, ...]
     if per_sequence_array:
         shared_shape, per_shape = (n_baselines, *row), (n, n_baselines, *row)
         expected = f"{shared_shape} (n_baselines, *X.shape[1:]) or {per_shape}"
@@ -199,4 +202,6 @@ def resolve_baselines(
 
 def _check_finite(array: np.ndarray, func: str) -> None:
     if not np.isfinite(array).all():
-        raise parameter_error(func, "baselines", "finite", "an array with NaN or inf", described=True)
+        raise parameter_error(
+            func, "baselines", "finite", "an array with NaN or inf", described=True
+        )

@@ -106,9 +106,17 @@ def integrated_gradients(
         random_state=random_state,
     )
     return gradient_attribution(
-        job, model, X, target=target, output_fn=output_fn, alphabet_axis=alphabet_axis,
-        batch_size=batch_size, max_cpu_sequences=max_cpu_sequences, device=device,
-        verbose=verbose, backend=backend,
+        job,
+        model,
+        X,
+        target=target,
+        output_fn=output_fn,
+        alphabet_axis=alphabet_axis,
+        batch_size=batch_size,
+        max_cpu_sequences=max_cpu_sequences,
+        device=device,
+        verbose=verbose,
+        backend=backend,
     )
 
 
@@ -179,9 +187,17 @@ def expected_integrated_gradients(
         random_state=random_state,
     )
     return gradient_attribution(
-        job, model, X, target=target, output_fn=output_fn, alphabet_axis=alphabet_axis,
-        batch_size=batch_size, max_cpu_sequences=max_cpu_sequences, device=device,
-        verbose=verbose, backend=backend,
+        job,
+        model,
+        X,
+        target=target,
+        output_fn=output_fn,
+        alphabet_axis=alphabet_axis,
+        batch_size=batch_size,
+        max_cpu_sequences=max_cpu_sequences,
+        device=device,
+        verbose=verbose,
+        backend=backend,
     )
 
 

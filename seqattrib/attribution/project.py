@@ -31,8 +31,9 @@ def project(attributions: Any, X: Any, *, alphabet_axis: int | None = None) -> n
     X = np.asarray(X, dtype=np.float32)
     attributions = np.asarray(attributions, dtype=np.float32)
     axis = infer_alphabet_axis(X.shape, alphabet_axis, "project")
-    if attributions.ndim == 4:
+    if attributions.ndim == 4:  # a target axis after the sequences
         X = X[:, None]
+        axis = axis if axis == -1 else 2
     if attributions.shape[-2:] != X.shape[-2:] or attributions.shape[0] != X.shape[0]:
         raise parameter_error(
             "project",

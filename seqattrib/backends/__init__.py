@@ -67,10 +67,16 @@ def get_backend(model: Any, backend: str | None = None) -> Backend:
     """
     if backend is not None:
         if backend not in _NAMES:
-            raise parameter_error("get_backend", "backend", "None, 'torch' or 'tensorflow'", backend)
+            raise parameter_error(
+                "get_backend", "backend", "None, 'torch' or 'tensorflow'", backend
+            )
         if not callable(model):
             raise parameter_error(
-                "get_backend", "model", "callable", type(model).__name__, error=TypeError,
+                "get_backend",
+                "model",
+                "callable",
+                type(model).__name__,
+                error=TypeError,
                 described=True,
             )
         return _instance(backend)

@@ -82,4 +82,3 @@ class Backend(Protocol):
 
     def synchronize(self) -> None:
         """Wait for queued device work (for timing)."""
-

@@ -23,8 +23,8 @@ def _tf_device(device: Any) -> str | None:
     text = str(device)
     if text.startswith("/"):
         return text
-    kind, _, index = text.partition(":")
-    kind = {"cuda": "GPU", "gpu": "GPU", "cpu": "CPU"}.get(kind.lower())
+    name, _, index = text.partition(":")
+    kind = {"cuda": "GPU", "gpu": "GPU", "cpu": "CPU"}.get(name.lower())
     if kind is None:
         raise parameter_error(
             "the TensorFlow backend", "device", "'cpu', 'gpu', 'cuda:N' or '/GPU:N'", device
@@ -72,9 +72,7 @@ class TensorFlowBackend:
 
     def __init__(self) -> None:
         self.transfers = TransferStats()
-        self._compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
     @contextmanager
     def session(self, model: Any, device: Any) -> Iterator[str | None]:
@@ -132,7 +130,9 @@ class TensorFlowBackend:
             per_model = {}
         return per_model.setdefault(id(output_fn) if output_fn is not None else None, {})
 
-    def forward(self, model: Any, x: tf.Tensor, output_fn: Callable[[Any], Any] | None) -> tf.Tensor:
+    def forward(
+        self, model: Any, x: tf.Tensor, output_fn: Callable[[Any], Any] | None
+    ) -> tf.Tensor:
         fns = self._functions(model, output_fn)
         if "forward" not in fns:
 

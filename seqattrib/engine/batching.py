@@ -16,11 +16,13 @@ from typing import Any
 _CACHE: weakref.WeakKeyDictionary[Any, dict[Hashable, int]] = weakref.WeakKeyDictionary()
 _CACHE_BY_ID: dict[int, dict[Hashable, int]] = {}
 
-#: Sizes tried in order (rows). A probe stops at the first size that is not at least
-#: ``1 - _GAIN`` faster per row than the best so far, past ``_MAX_BATCH_SECONDS``, or when the
-#: device runs out of memory.
+#: Sizes tried in order (rows). A probe stops after ``_PATIENCE`` sizes in a row that are not
+#: at least ``1 - _GAIN`` faster per row than the best so far (one slow timing on a busy machine
+#: must not strand a job at a tiny size), past ``_MAX_BATCH_SECONDS``, or when the device runs
+#: out of memory; the best size measured is kept.
 _CANDIDATES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 _GAIN = 0.95
+_PATIENCE = 2
 _MAX_BATCH_SECONDS = 4.0
 
 
@@ -70,6 +72,7 @@ class AutoBatchSizer:
         self._repeat = 0
         self._n_rows_left = n_rows
         self._best: tuple[float, int] | None = None  # (seconds per row, size)
+        self._misses = 0
         self.probed: list[tuple[int, float]] = []
 
     def next_size(self) -> int:
@@ -91,8 +94,13 @@ class AutoBatchSizer:
         improved = self._best is None or per_row < _GAIN * self._best[0]
         if self._best is None or per_row < self._best[0]:
             self._best = (per_row, self.size)
+        self._misses = 0 if improved else self._misses + 1
         next_index = self._candidate + 1
-        concluded = not improved or seconds > _MAX_BATCH_SECONDS or next_index >= len(_CANDIDATES)
+        concluded = (
+            self._misses >= _PATIENCE
+            or seconds > _MAX_BATCH_SECONDS
+            or next_index >= len(_CANDIDATES)
+        )
         if concluded or 2 * _CANDIDATES[next_index] > self._n_rows_left:
             self._finish(cache=concluded)  # a job too small to probe further caches nothing
             return

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backends import Backend, OutOfDeviceMemory
 from .._validation import SequenceSource
+from ..backends import Backend, OutOfDeviceMemory
 from .batching import AutoBatchSizer, FixedBatchSizer
 from .plan import RowPlan
 from .sinks import Sink
@@ -125,7 +125,10 @@ def run(
         tick = time.perf_counter()
         try:
             parts = kernel.compute(
-                window.payload, sequence - window.lo, row_in_sequence, sequence - first,
+                window.payload,
+                sequence - window.lo,
+                row_in_sequence,
+                sequence - first,
                 last - first,
             )
             if sizer.timing:
@@ -136,11 +139,17 @@ def run(
         sizer.observe(stop - start, time.perf_counter() - tick)
         if carry is not None:
             parts = {
-                name: backend.concat([t[:1] + carry[name], t[1:]]) if len(t) > 1 else t + carry[name]
+                name: backend.concat([t[:1] + carry[name], t[1:]])
+                if len(t) > 1
+                else t + carry[name]
                 for name, t in parts.items()
             }
         n_complete = plan.completed(stop) - first
-        carry = {name: t[n_complete:] for name, t in parts.items()} if first + n_complete < last else None
+        carry = (
+            {name: t[n_complete:] for name, t in parts.items()}
+            if first + n_complete < last
+            else None
+        )
         if n_complete:
             done.add({name: t[:n_complete] for name, t in parts.items()}, n_complete)
         start = stop
@@ -164,9 +173,7 @@ class _Finished:
 
     def add(self, part: Payload, n: int) -> None:
         if not self.parts:
-            per_sequence = sum(
-                int(np.prod(t.shape[1:])) * 4 for t in part.values()
-            )
+            per_sequence = sum(int(np.prod(t.shape[1:])) * 4 for t in part.values())
             self.block = max(1, min(self.max_cpu_sequences, _DEVICE_BLOCK_BYTES // per_sequence))
         self.parts.append(part)
         self.n_pending += n
@@ -183,7 +190,8 @@ class _Finished:
         while n - offset >= self.block or (everything and offset < n):
             size = min(self.block, n - offset)
             host = {
-                name: self.backend.to_numpy(t[offset : offset + size]) for name, t in pending.items()
+                name: self.backend.to_numpy(t[offset : offset + size])
+                for name, t in pending.items()
             }
             self.sink.write(self.n_written, self.kernel.finalize(host, self.n_written))
             self.n_written += size

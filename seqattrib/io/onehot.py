@@ -73,7 +73,11 @@ def one_hot(
     for i, s in enumerate(seqs):
         if not isinstance(s, str):
             raise parameter_error(
-                "one_hot", "seqs", "strings", f"{type(s).__name__} at index {i}", described=True,
+                "one_hot",
+                "seqs",
+                "strings",
+                f"{type(s).__name__} at index {i}",
+                described=True,
                 error=TypeError,
             )
     lengths = {len(s) for s in seqs}

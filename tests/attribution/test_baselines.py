@@ -11,8 +11,8 @@ from helpers import CLOSED_FORM, assert_close
 from models import random_one_hot
 
 import seqattrib as sa
-from seqattrib.attribution.baselines import dinucleotide_shuffle, random_one_hot as draw_random
-from seqattrib.attribution.baselines import sequence_rng, shuffle
+from seqattrib.attribution.baselines import dinucleotide_shuffle, sequence_rng, shuffle
+from seqattrib.attribution.baselines import random_one_hot as draw_random
 
 
 def _dinucleotides(seq: str) -> Counter:
@@ -89,7 +89,9 @@ def test_constant_baselines_collapse_to_one(linear_weights):
     """EIG over identical baselines is IG: one path per sequence, same answer."""
     model = make_model("torch", "linear", linear_weights, "NLC")
     X = random_one_hot(2, LENGTH, seed=4)
-    eig = sa.expected_integrated_gradients(model, X, baselines="uniform", n_baselines=50,
-                                           n_steps=4, batch_size=1000)
-    assert_close(eig, sa.integrated_gradients(model, X, baselines="uniform", n_steps=4),
-                 CLOSED_FORM)
+    eig = sa.expected_integrated_gradients(
+        model, X, baselines="uniform", n_baselines=50, n_steps=4, batch_size=1000
+    )
+    assert_close(
+        eig, sa.integrated_gradients(model, X, baselines="uniform", n_steps=4), CLOSED_FORM
+    )

@@ -33,8 +33,9 @@ def test_integrated_gradients_match_captum(setup, rule, baseline):
     else:
         per_sequence = np.random.default_rng(5).random(X.shape).astype(np.float32) * 0.25
         ours_baselines, theirs = per_sequence, torch.from_numpy(per_sequence)
-    ours = sa.integrated_gradients(model, X, target=2, baselines=ours_baselines, n_steps=16,
-                                   method=rule, batch_size=37)
+    ours = sa.integrated_gradients(
+        model, X, target=2, baselines=ours_baselines, n_steps=16, method=rule, batch_size=37
+    )
     reference = IntegratedGradients(model).attribute(
         torch.from_numpy(X), baselines=theirs, target=2, n_steps=16, method=rule
     )

@@ -79,11 +79,15 @@ def test_k_targets_equal_k_single_calls(case):
 
 def test_same_random_state_same_result(case):
     run, model, X, method = case
-    first = run(model, X, target=0, batch_size=8, random_state=3) if method != "saliency" else (
-        run(model, X, target=0, batch_size=8)
+    first = (
+        run(model, X, target=0, batch_size=8, random_state=3)
+        if method != "saliency"
+        else (run(model, X, target=0, batch_size=8))
     )
-    again = run(model, X, target=0, batch_size=8, random_state=3) if method != "saliency" else (
-        run(model, X, target=0, batch_size=8)
+    again = (
+        run(model, X, target=0, batch_size=8, random_state=3)
+        if method != "saliency"
+        else (run(model, X, target=0, batch_size=8))
     )
     np.testing.assert_array_equal(first, again)
     if method == "eig":

@@ -24,11 +24,19 @@ def test_probe_stops_where_per_row_cost_rises_and_caches():
     cost = {16: 1.0, 32: 0.6, 64: 0.4, 128: 0.3, 256: 0.5}.get
     sizer = AutoBatchSizer(model, "key", n_rows=10**6)
     sizes = _drive(sizer, lambda s: cost(s, 1.0))
-    assert sizes[:10] == [16, 16, 32, 32, 64, 64, 128, 128, 256, 256]
-    assert set(sizes[10:]) == {128} and not sizer.timing
+    # 256 and 512 are both slower per row than 128: two misses end the probe at 128.
+    assert sizes[:12] == [16, 16, 32, 32, 64, 64, 128, 128, 256, 256, 512, 512]
+    assert set(sizes[12:]) == {128} and not sizer.timing
     again = AutoBatchSizer(model, "key", n_rows=10**6)
     assert again.next_size() == 128 and not again.timing
     assert AutoBatchSizer(model, "other", n_rows=10**6).timing
+
+
+def test_one_noisy_timing_does_not_end_the_probe():
+    cost = {16: 1.0, 32: 0.6, 64: 0.7, 128: 0.2, 256: 0.25, 512: 0.3}.get
+    sizer = AutoBatchSizer(Model(), "key", n_rows=10**6)
+    sizes = _drive(sizer, lambda s: cost(s, 1.0))
+    assert sizes[-1] == 128
 
 
 def test_small_jobs_do_not_cache_an_unfinished_probe():

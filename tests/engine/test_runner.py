@@ -41,8 +41,9 @@ def test_only_final_tracks_cross_to_the_host(framework, conv_weights):
     X = random_one_hot(7, LENGTH)
     backend = sa.get_backend(model)
     backend.transfers.reset()
-    sa.expected_integrated_gradients(model, X, target=[0, 2], n_baselines=5, n_steps=6,
-                                     batch_size=16)
+    sa.expected_integrated_gradients(
+        model, X, target=[0, 2], n_baselines=5, n_steps=6, batch_size=16
+    )
     assert backend.transfers.to_host == 7 * 2 * LENGTH * 4 * 4
 
 
@@ -89,13 +90,17 @@ def test_memmap_and_h5py_inputs(torch_model, tmp_path):
     mm[:] = X
     mm.flush()
     readonly = np.load(tmp_path / "x.npy", mmap_mode="r")
-    assert_close(sa.expected_integrated_gradients(torch_model, readonly, n_baselines=3, n_steps=3),
-                 reference, FLOAT32)
+    assert_close(
+        sa.expected_integrated_gradients(torch_model, readonly, n_baselines=3, n_steps=3),
+        reference,
+        FLOAT32,
+    )
     with h5py.File(tmp_path / "x.h5", "w") as f:
         f["X"] = X
     with h5py.File(tmp_path / "x.h5", "r") as f:
-        result = sa.expected_integrated_gradients(torch_model, f["X"], n_baselines=3, n_steps=3,
-                                                  max_cpu_sequences=2)
+        result = sa.expected_integrated_gradients(
+            torch_model, f["X"], n_baselines=3, n_steps=3, max_cpu_sequences=2
+        )
     assert_close(result, reference, FLOAT32)
 
 
@@ -111,7 +116,8 @@ def test_out_of_memory_halves_the_batch(torch_model, monkeypatch):
     X = random_one_hot(4, LENGTH)
     reference = sa.integrated_gradients(torch_model, X, n_steps=10, batch_size=8)
     monkeypatch.setattr(type(backend), "input_gradients", small_device)
-    assert_close(sa.integrated_gradients(torch_model, X, n_steps=10, batch_size=40), reference,
-                 FLOAT32)
+    assert_close(
+        sa.integrated_gradients(torch_model, X, n_steps=10, batch_size=40), reference, FLOAT32
+    )
     clear_cache()
     assert_close(sa.integrated_gradients(torch_model, X, n_steps=10), reference, FLOAT32)
