@@ -16,7 +16,9 @@ from .attribution import (
     saliency,
 )
 from .backends import get_backend
+from .explain import explain
 from .io import decode, one_hot
+from .ism import ism, ism_to_hypothetical
 
 __all__ = [
     "SeqAttribWarning",
@@ -24,8 +26,11 @@ __all__ = [
     "decode",
     "dinucleotide_shuffle",
     "expected_integrated_gradients",
+    "explain",
     "get_backend",
     "integrated_gradients",
+    "ism",
+    "ism_to_hypothetical",
     "one_hot",
     "project",
     "quadrature",

@@ -50,8 +50,13 @@ class Backend(Protocol):
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         """Copy a device tensor to a host array (counted)."""
 
-    def take(self, tensor: Tensor, indices: Tensor) -> Tensor:
-        """``tensor[indices]`` along axis 0."""
+    def take(self, tensor: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
+        """Gather ``indices`` along ``axis``."""
+
+    def one_hot(self, indices: Tensor, depth: int) -> Tensor:
+        """float32 one-hot rows: (R,) int -> (R, depth)."""
+
+    def log(self, tensor: Tensor) -> Tensor: ...
 
     def concat(self, tensors: Sequence[Tensor]) -> Tensor:
         """Concatenate along axis 0."""

@@ -96,8 +96,14 @@ class TensorFlowBackend:
         self.transfers.to_host += out.nbytes
         return out
 
-    def take(self, tensor: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
-        return tf.gather(tensor, indices, axis=0)
+    def take(self, tensor: tf.Tensor, indices: tf.Tensor, axis: int = 0) -> tf.Tensor:
+        return tf.gather(tensor, indices, axis=axis)
+
+    def one_hot(self, indices: tf.Tensor, depth: int) -> tf.Tensor:
+        return tf.one_hot(indices, depth, dtype=tf.float32)
+
+    def log(self, tensor: tf.Tensor) -> tf.Tensor:
+        return tf.math.log(tensor)
 
     def concat(self, tensors: Sequence[tf.Tensor]) -> tf.Tensor:
         return tensors[0] if len(tensors) == 1 else tf.concat(list(tensors), axis=0)

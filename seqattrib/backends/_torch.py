@@ -102,8 +102,14 @@ class TorchBackend:
         self.transfers.to_host += out.nbytes
         return out
 
-    def take(self, tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        return tensor.index_select(0, indices)
+    def take(self, tensor: torch.Tensor, indices: torch.Tensor, axis: int = 0) -> torch.Tensor:
+        return tensor.index_select(axis, indices)
+
+    def one_hot(self, indices: torch.Tensor, depth: int) -> torch.Tensor:
+        return torch.nn.functional.one_hot(indices, depth).to(torch.float32)
+
+    def log(self, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.log(tensor)
 
     def concat(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors), dim=0)

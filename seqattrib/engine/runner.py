@@ -35,7 +35,8 @@ _CHUNK_ROWS = 4096
 class Kernel(Protocol):
     """What a method gives the runner."""
 
-    rows_per_sequence: int
+    #: Rows of every sequence, or one count per sequence (shape (n_sequences,)).
+    rows_per_sequence: int | np.ndarray
 
     def prepare(self, x: np.ndarray, first: int) -> Payload:
         """Move a chunk of sequences (rows ``first:first+len(x)`` of X) to the device.
@@ -65,12 +66,17 @@ class _Window:
     """Device payload for the sequences [lo, hi) that current and next batches need."""
 
     def __init__(
-        self, kernel: Kernel, source: SequenceSource, backend: Backend, max_sequences: int
+        self,
+        kernel: Kernel,
+        source: SequenceSource,
+        backend: Backend,
+        max_sequences: int,
+        mean_rows: float,
     ) -> None:
         self.kernel, self.source, self.backend = kernel, source, backend
         self.lo = self.hi = 0
         self.payload: Payload = {}
-        self.chunk = max(1, min(max_sequences, _CHUNK_ROWS // kernel.rows_per_sequence))
+        self.chunk = max(1, min(max_sequences, int(_CHUNK_ROWS // mean_rows)))
 
     def ensure(self, first: int, stop: int) -> None:
         if first > self.lo and self.payload:
@@ -111,7 +117,7 @@ def run(
         if batch_size is not None
         else AutoBatchSizer(model, cache_key, plan.n_rows)
     )
-    window = _Window(kernel, source, backend, max_cpu_sequences)
+    window = _Window(kernel, source, backend, max_cpu_sequences, plan.mean_rows)
     progress = _progress(source.n_sequences, verbose, description)
     carry: Payload | None = None
     done = _Finished(kernel, backend, sink, max_cpu_sequences, progress)

@@ -121,3 +121,17 @@ def test_out_of_memory_halves_the_batch(torch_model, monkeypatch):
     )
     clear_cache()
     assert_close(sa.integrated_gradients(torch_model, X, n_steps=10), reference, FLOAT32)
+
+
+def test_row_plan_with_one_count_per_sequence():
+    from seqattrib.engine import RowPlan
+
+    plan = RowPlan(4, np.array([3, 1, 4, 2]))
+    assert plan.n_rows == 10
+    sequence, row = plan.rows(2, 9)
+    np.testing.assert_array_equal(sequence, [0, 1, 2, 2, 2, 2, 3])
+    np.testing.assert_array_equal(row, [2, 0, 0, 1, 2, 3, 0])
+    assert plan.sequences(2, 9) == (0, 4)
+    assert plan.completed(8) == 3 and plan.completed(7) == 2 and plan.completed(10) == 4
+    uniform = RowPlan(3, 5)
+    assert uniform.sequences(4, 11) == (0, 3) and uniform.completed(10) == 2

@@ -1,0 +1,45 @@
+"""One entry point over every feature-attribution method."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._errors import parameter_error
+from .attribution import expected_integrated_gradients, integrated_gradients, saliency
+from .ism import ism
+
+METHODS = {
+    "saliency": saliency,
+    "ig": integrated_gradients,
+    "eig": expected_integrated_gradients,
+    "ism": ism,
+}
+
+
+def explain(model: Any, X: Any, *, method: str = "eig", **kwargs: Any) -> Any:
+    """Run one attribution method by name.
+
+    Use this from scripts and pipelines that choose the method at run time; it forwards every
+    keyword to ``saliency``, ``integrated_gradients``, ``expected_integrated_gradients`` or
+    ``ism``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module, keras.Model, tf.Module or callable
+    X : array of shape (n_sequences, length, 4) or (n_sequences, 4, length)
+    method : {"eig", "ig", "saliency", "ism"}
+    **kwargs
+        The chosen method's keyword arguments.
+
+    Returns
+    -------
+    What the chosen method returns.
+    """
+    if method not in METHODS:
+        raise parameter_error(
+            "explain", "method", "one of " + ", ".join(repr(m) for m in METHODS), method
+        )
+    result: np.ndarray | tuple[np.ndarray, np.ndarray] = METHODS[method](model, X, **kwargs)
+    return result
