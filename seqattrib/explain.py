@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from ._errors import parameter_error
 from .attribution import expected_integrated_gradients, integrated_gradients, saliency
 from .ism import ism
 
-METHODS = {
+METHODS: dict[str, Callable[..., Any]] = {
     "saliency": saliency,
     "ig": integrated_gradients,
     "eig": expected_integrated_gradients,
@@ -41,5 +40,4 @@ def explain(model: Any, X: Any, *, method: str = "eig", **kwargs: Any) -> Any:
         raise parameter_error(
             "explain", "method", "one of " + ", ".join(repr(m) for m in METHODS), method
         )
-    result: np.ndarray | tuple[np.ndarray, np.ndarray] = METHODS[method](model, X, **kwargs)
-    return result
+    return METHODS[method](model, X, **kwargs)

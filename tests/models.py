@@ -19,8 +19,10 @@ def _normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np
 # --------------------------------------------------------------------------- weights
 def linear_weights(length: int, n_outputs: int = 3, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"w": rng.standard_normal((length, 4, n_outputs)).astype(np.float32),
-            "b": rng.standard_normal(n_outputs).astype(np.float32)}
+    return {
+        "w": rng.standard_normal((length, 4, n_outputs)).astype(np.float32),
+        "b": rng.standard_normal(n_outputs).astype(np.float32),
+    }
 
 
 def convnet_weights(
@@ -56,18 +58,21 @@ def bpnet_weights(
     return weights
 
 
-def crested_weights(
-    n_outputs: int = 8, filters: int = 128, seed: int = 0
-) -> dict[str, np.ndarray]:
+def crested_weights(n_outputs: int = 8, filters: int = 128, seed: int = 0) -> dict[str, np.ndarray]:
     """CREsted-like peak model: conv(4->F,17) relu maxpool 3, conv(F->F,7) relu maxpool 3,
     conv(F->F,5) relu, global max pool, dense(F->64) relu, dense(64->K)."""
     rng = np.random.default_rng(seed)
     return {
-        "c1": _normal(rng, (17, 4, filters), 68), "c1_b": np.zeros(filters, np.float32),
-        "c2": _normal(rng, (7, filters, filters), 7 * filters), "c2_b": np.zeros(filters, np.float32),
-        "c3": _normal(rng, (5, filters, filters), 5 * filters), "c3_b": np.zeros(filters, np.float32),
-        "d1": _normal(rng, (filters, 64), filters), "d1_b": np.zeros(64, np.float32),
-        "d2": _normal(rng, (64, n_outputs), 64), "d2_b": np.zeros(n_outputs, np.float32),
+        "c1": _normal(rng, (17, 4, filters), 68),
+        "c1_b": np.zeros(filters, np.float32),
+        "c2": _normal(rng, (7, filters, filters), 7 * filters),
+        "c2_b": np.zeros(filters, np.float32),
+        "c3": _normal(rng, (5, filters, filters), 5 * filters),
+        "c3_b": np.zeros(filters, np.float32),
+        "d1": _normal(rng, (filters, 64), filters),
+        "d1_b": np.zeros(64, np.float32),
+        "d2": _normal(rng, (64, n_outputs), 64),
+        "d2_b": np.zeros(n_outputs, np.float32),
     }
 
 
@@ -112,8 +117,9 @@ def torch_model(kind: str, weights: dict[str, np.ndarray], layout: str = "NCL") 
                 self.conv0 = _torch_conv(weights["conv0"], weights["conv0_b"], padding="same")
                 n = sum(1 for k in weights if k.startswith("dil") and not k.endswith("_b"))
                 self.dil = torch.nn.ModuleList(
-                    _torch_conv(weights[f"dil{i}"], weights[f"dil{i}_b"], dilation=2**i,
-                                padding="same")
+                    _torch_conv(
+                        weights[f"dil{i}"], weights[f"dil{i}_b"], dilation=2**i, padding="same"
+                    )
                     for i in range(n)
                 )
                 self.dense = _torch_dense(weights["dense"], weights["dense_b"])
@@ -181,17 +187,25 @@ def keras_model(kind: str, weights: dict[str, np.ndarray], length: int, layout: 
         h = apply(conv("conv1", activation="relu"), h)
         h = apply(conv("conv2", activation="relu", dilation_rate=2), h)
         h = layers.GlobalAveragePooling1D()(h)
-        out = apply((layers.Dense(weights["dense"].shape[1]),
-                     (weights["dense"], weights["dense_b"])), h)
+        out = apply(
+            (layers.Dense(weights["dense"].shape[1]), (weights["dense"], weights["dense_b"])), h
+        )
     elif kind == "bpnet":
         h = apply(conv("conv0", activation="relu", padding="same"), h)
         n = sum(1 for k in weights if k.startswith("dil") and not k.endswith("_b"))
         for i in range(n):
-            h = layers.Add()([h, apply(conv(f"dil{i}", activation="relu", padding="same",
-                                            dilation_rate=2**i), h)])
+            h = layers.Add()(
+                [
+                    h,
+                    apply(
+                        conv(f"dil{i}", activation="relu", padding="same", dilation_rate=2**i), h
+                    ),
+                ]
+            )
         h = layers.GlobalAveragePooling1D()(h)
-        out = apply((layers.Dense(weights["dense"].shape[1]),
-                     (weights["dense"], weights["dense_b"])), h)
+        out = apply(
+            (layers.Dense(weights["dense"].shape[1]), (weights["dense"], weights["dense_b"])), h
+        )
     elif kind == "crested":
         h = layers.MaxPooling1D(3)(apply(conv("c1", activation="relu"), h))
         h = layers.MaxPooling1D(3)(apply(conv("c2", activation="relu"), h))

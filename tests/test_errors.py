@@ -71,23 +71,29 @@ def test_strings_are_refused_with_the_fix(model):
         sa.saliency(model, ["ACGT" * 6])
 
 
-@pytest.mark.parametrize("target, pattern", [
-    (3, r"'target'.*\[0, 3\).*Got 3"),
-    ([0, 7], r"'target'.*Got 7"),
-    ("a", r"'target'.*int, a sequence of ints or None"),
-    ([], r"non-empty"),
-])
+@pytest.mark.parametrize(
+    "target, pattern",
+    [
+        (3, r"'target'.*\[0, 3\).*Got 3"),
+        ([0, 7], r"'target'.*Got 7"),
+        ("a", r"'target'.*int, a sequence of ints or None"),
+        ([], r"non-empty"),
+    ],
+)
 def test_target_out_of_range(model, X, target, pattern):
     with pytest.raises((ValueError, TypeError), match=pattern):
         sa.saliency(model, X, target=target)
 
 
-@pytest.mark.parametrize("baselines, pattern", [
-    (np.zeros((LENGTH, 5)), r"'baselines'.*shape"),
-    (np.zeros((2, 4, LENGTH)), r"'baselines'.*layout of X"),
-    ("gaussian", r"'baselines'.*'dinuc_shuffle'"),
-    (np.full((LENGTH, 4), np.nan), r"'baselines'.*finite"),
-])
+@pytest.mark.parametrize(
+    "baselines, pattern",
+    [
+        (np.zeros((LENGTH, 5)), r"'baselines'.*shape"),
+        (np.zeros((2, 4, LENGTH)), r"'baselines'.*layout of X"),
+        ("gaussian", r"'baselines'.*'dinuc_shuffle'"),
+        (np.full((LENGTH, 4), np.nan), r"'baselines'.*finite"),
+    ],
+)
 def test_bad_baselines(model, X, baselines, pattern):
     with pytest.raises(ValueError, match=pattern):
         sa.integrated_gradients(model, X, baselines=baselines, n_steps=2)
@@ -98,16 +104,19 @@ def test_callable_baseline_of_the_wrong_shape(model, X):
         sa.expected_integrated_gradients(model, X, baselines=lambda x, n, rng: x, n_baselines=2)
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"batch_size": 0}, r"'batch_size'.*'auto' or a positive integer"),
-    ({"batch_size": "big"}, r"'batch_size'"),
-    ({"max_cpu_sequences": 0}, r"'max_cpu_sequences'"),
-    ({"n_steps": 0}, r"'n_steps'"),
-    ({"method": "simpson"}, r"'method'.*'gausslegendre'"),
-    ({"return_delta": True, "multiply_by_inputs": False}, r"'return_delta'"),
-    ({"random_state": "x"}, r"'random_state'"),
-    ({"verbose": 1}, r"'verbose'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"batch_size": 0}, r"'batch_size'.*'auto' or a positive integer"),
+        ({"batch_size": "big"}, r"'batch_size'"),
+        ({"max_cpu_sequences": 0}, r"'max_cpu_sequences'"),
+        ({"n_steps": 0}, r"'n_steps'"),
+        ({"method": "simpson"}, r"'method'.*'gausslegendre'"),
+        ({"return_delta": True, "multiply_by_inputs": False}, r"'return_delta'"),
+        ({"random_state": "x"}, r"'random_state'"),
+        ({"verbose": 1}, r"'verbose'"),
+    ],
+)
 def test_bad_parameters(model, X, kwargs, pattern):
     with pytest.raises((ValueError, TypeError), match=pattern):
         sa.integrated_gradients(model, X, **kwargs)
@@ -142,8 +151,9 @@ def test_tuple_outputs_need_output_fn(X, conv_weights):
     with pytest.raises(ValueError, match=r"'output_fn'.*tuple"):
         sa.saliency(TwoHeads(), X)
     both = sa.saliency(TwoHeads(), X, output_fn=lambda out: out[1])
-    np.testing.assert_allclose(both, sa.saliency(base, X, target=[0, 1, 2]).sum(axis=1),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        both, sa.saliency(base, X, target=[0, 1, 2]).sum(axis=1), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_unknown_model_type(X):

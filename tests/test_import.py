@@ -20,6 +20,14 @@ def test_import_pulls_in_no_framework():
 def test_public_names():
     import seqattrib
 
-    for name in ("saliency", "integrated_gradients", "expected_integrated_gradients", "one_hot",
-                 "decode", "project", "SeqAttribWarning", "__version__"):
+    for name in (
+        "saliency",
+        "integrated_gradients",
+        "expected_integrated_gradients",
+        "one_hot",
+        "decode",
+        "project",
+        "SeqAttribWarning",
+        "__version__",
+    ):
         assert hasattr(seqattrib, name)

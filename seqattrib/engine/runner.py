@@ -35,8 +35,9 @@ _CHUNK_ROWS = 4096
 class Kernel(Protocol):
     """What a method gives the runner."""
 
-    #: Rows of every sequence, or one count per sequence (shape (n_sequences,)).
-    rows_per_sequence: int | np.ndarray
+    @property
+    def rows_per_sequence(self) -> int | np.ndarray:
+        """Rows of every sequence, or one count per sequence (shape (n_sequences,))."""
 
     def prepare(self, x: np.ndarray, first: int) -> Payload:
         """Move a chunk of sequences (rows ``first:first+len(x)`` of X) to the device.

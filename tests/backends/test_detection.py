@@ -41,11 +41,17 @@ def test_tf_module_and_plain_callables(linear_weights):
     assert sa.get_backend(module).name == "tensorflow"
     assert_close(sa.saliency(module, X), np.broadcast_to(w, X.shape), FLOAT32)
     tensor_w = tf.constant(w)
-    assert_close(sa.saliency(lambda x: tf.reduce_sum(x * tensor_w, axis=(1, 2)), X,
-                             backend="tensorflow"), np.broadcast_to(w, X.shape), FLOAT32)
+    assert_close(
+        sa.saliency(lambda x: tf.reduce_sum(x * tensor_w, axis=(1, 2)), X, backend="tensorflow"),
+        np.broadcast_to(w, X.shape),
+        FLOAT32,
+    )
     torch_w = torch.from_numpy(w)
-    assert_close(sa.saliency(lambda x: (x * torch_w).sum(dim=(1, 2)), X, backend="torch"),
-                 np.broadcast_to(w, X.shape), FLOAT32)
+    assert_close(
+        sa.saliency(lambda x: (x * torch_w).sum(dim=(1, 2)), X, backend="torch"),
+        np.broadcast_to(w, X.shape),
+        FLOAT32,
+    )
 
 
 KERAS_ON_TORCH = """
@@ -68,8 +74,9 @@ print(float(np.abs(a - b).max() / max(1.0, np.abs(b).max())))
 def test_keras_on_the_torch_backend_is_a_torch_model():
     env = dict(os.environ, KERAS_BACKEND="torch")
     code = KERAS_ON_TORCH.format(tests=str(Path(__file__).parents[1]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert float(out.stdout.strip().splitlines()[-1]) <= CROSS_FRAMEWORK
 
