@@ -72,17 +72,30 @@ class SequenceSource:
     row_shape: tuple[int, int]
     alphabet_axis: int  # 1 or -1, for the 3-D array
     func: str
+    #: Row of ``data`` where this view starts (a resumed run reads the rest of X).
+    offset: int = 0
 
     @property
     def length(self) -> int:
         return self.row_shape[0] if self.alphabet_axis == -1 else self.row_shape[1]
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` as float32, checked to be one-hot-like."""
-        chunk = np.asarray(self.data[start:stop])
+        """Rows ``start:stop`` of this view as float32, checked to be one-hot-like."""
+        chunk = np.asarray(self.data[self.offset + start : self.offset + stop])
         chunk = chunk.astype(np.float32, copy=False)
-        check_one_hot(chunk, self.alphabet_axis, self.func, offset=start)
+        check_one_hot(chunk, self.alphabet_axis, self.func, offset=self.offset + start)
         return chunk
+
+    def tail(self, start: int) -> SequenceSource:
+        """The view of rows ``start:`` (indices in messages and sinks stay those of X)."""
+        return SequenceSource(
+            self.data,
+            self.n_sequences - start,
+            self.row_shape,
+            self.alphabet_axis,
+            self.func,
+            self.offset + start,
+        )
 
     def to_nlc(self, chunk: np.ndarray) -> np.ndarray:
         """(n, L, 4) view of a chunk in the source layout."""
@@ -227,14 +240,14 @@ def resolve_targets(target: Any, n_outputs: int, func: str) -> tuple[list[int], 
 
 
 def resolve_seed(random_state: Any, func: str) -> int:
-    """One integer seed from ``random_state`` (int, Generator or None)."""
+    """One integer seed in [0, 2**63) from ``random_state`` (int, Generator or None)."""
     if random_state is None:
-        return int(np.random.SeedSequence().generate_state(2, dtype=np.uint64)[0])
+        return int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0] >> 1)
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**63 - 1))
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise parameter_error(func, "random_state", "a non-negative int", random_state)
+        if not 0 <= int(random_state) < 2**63:
+            raise parameter_error(func, "random_state", "an int in [0, 2**63)", random_state)
         return int(random_state)
     raise parameter_error(
         func,

@@ -9,16 +9,16 @@ mutant's score lands in its (p, b) slot of its sequence through a segment sum, s
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from ._errors import parameter_error
-from ._validation import SequenceSource, as_source, resolve_targets
-from .attribution._run import check_common, probe_outputs
-from .backends import Backend, get_backend
-from .engine import ArraySink, run
+from ._pipeline import check_common, execute
+from ._validation import SequenceSource, as_source
+from .backends import Backend
 
 Tensor = Any
 _SCORES = ("delta", "log_ratio")
@@ -100,10 +100,10 @@ class IsmKernel:
             scores = be.log(outputs) - be.log(reference)
         slot = be.asarray(segment * (4 * self.length), "int64") + position * 4 + base
         table = be.segment_sum(scores, slot, n_segments * 4 * self.length)
-        return {"scores": be.reshape(table, (n_segments, 4 * self.length, self.n_targets))}
+        return {"attributions": be.reshape(table, (n_segments, 4 * self.length, self.n_targets))}
 
     def finalize(self, block: dict[str, np.ndarray], first: int) -> dict[str, np.ndarray]:
-        scores = block["scores"]
+        scores = block["attributions"]
         finite = np.isfinite(scores).reshape(len(scores), -1).all(axis=1)
         if not finite.all():
             bad = (first + np.flatnonzero(~finite))[:5].tolist()
@@ -127,7 +127,7 @@ class IsmKernel:
             )
         n = len(scores)
         nlc = scores.reshape(n, self.length, 4, self.n_targets).transpose(0, 3, 1, 2)
-        return {"scores": np.ascontiguousarray(self.source.from_nlc(nlc))}
+        return {"attributions": np.ascontiguousarray(self.source.from_nlc(nlc))}
 
 
 def _window(positions: Any, length: int, func: str) -> tuple[int, int]:
@@ -173,7 +173,10 @@ def ism(
     device: Any = None,
     verbose: bool = False,
     backend: str | None = None,
-) -> np.ndarray:
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    regions: Any = None,
+) -> Any:
     """Saturation mutagenesis: the effect of every single-base substitution.
 
     Use ISM when you need the model's actual response to each mutation (variant effects,
@@ -207,6 +210,13 @@ def ism(
         Show a progress bar on stderr.
     backend : {None, "torch", "tensorflow"}
         Needed only for plain callables.
+    out : path, optional
+        Stream the scores into this HDF5 tracks file (``seqattrib.io.read_tracks``) and
+        return its path; a rerun with the same settings resumes it.
+    overwrite : bool
+        Replace an existing ``out`` file instead of resuming it.
+    regions : optional
+        Genome coordinates of the rows of X (``chrom``, ``start``, ``end``), stored in ``out``.
 
     Returns
     -------
@@ -221,37 +231,42 @@ def ism(
         raise parameter_error(func, "score", "'delta' or 'log_ratio'", score)
     source = as_source(X, alphabet_axis, func)
     window = _window(positions, source.length, func)
-    counts = _count_rows(source, window)
-    be = get_backend(model, backend)
-    with be.session(model, device) as resolved_device:
-        n_outputs = probe_outputs(be, model, source, output_fn)
-        targets, squeeze = resolve_targets(target, n_outputs, func)
-        kernel = IsmKernel(
+
+    def make_kernel(be: Backend, targets: list[int], seed: int, todo: SequenceSource) -> IsmKernel:
+        return IsmKernel(
             be,
             model,
             output_fn=output_fn,
             targets=targets,
-            source=source,
+            source=todo,
             window=window,
-            rows_per_sequence=counts,
+            rows_per_sequence=_count_rows(todo, window),
             score=score,
             func=func,
         )
-        sink = ArraySink(source.n_sequences, {"scores": (len(targets), *source.row_shape)})
-        cache_key = ("ism", be.name, str(resolved_device), source.row_shape, len(targets))
-        result = run(
-            kernel,
-            source,
-            be,
-            model,
-            sink,
-            batch_size=size,
-            max_cpu_sequences=limit,
-            cache_key=cache_key,
-            verbose=verbose,
-            description=func,
-        )
-    scores = result["scores"]
+
+    result, squeeze = execute(
+        func=func,
+        model=model,
+        source=source,
+        backend=backend,
+        device=device,
+        target=target,
+        output_fn=output_fn,
+        batch_size=size,
+        max_cpu_sequences=limit,
+        verbose=verbose,
+        random_state=0,
+        make_kernel=make_kernel,
+        shapes=lambda k: {"attributions": (k, *source.row_shape)},
+        settings={"positions": list(window), "score": score},
+        out=out,
+        overwrite=overwrite,
+        regions=regions,
+    )
+    if isinstance(result, str):
+        return result
+    scores = result["attributions"]
     return scores[:, 0] if squeeze else scores
 
 

@@ -9,18 +9,11 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import (
-    SequenceSource,
-    as_source,
-    check_batch_size,
-    check_positive_int,
-    resolve_seed,
-    resolve_targets,
-)
-from ..backends import Backend, get_backend
-from ..engine import ArraySink, run
+from .._pipeline import check_common, execute
+from .._validation import SequenceSource, as_source, check_positive_int
+from ..backends import Backend
 from ._kernel import GradientKernel
-from .baselines import BaselineSpec, resolve_baselines
+from .baselines import BaselineSpec, describe_baselines, resolve_baselines
 from .quadrature import quadrature
 
 
@@ -38,30 +31,6 @@ class GradientJob:
     correct_gradient: bool
     return_delta: bool
     random_state: Any
-
-
-def probe_outputs(
-    backend: Backend, model: Any, source: SequenceSource, output_fn: Callable[[Any], Any] | None
-) -> int:
-    """Number of model outputs, from a forward pass on the first sequence.
-
-    Nothing is copied back: non-finite outputs show up as non-finite attributions, which the
-    kernel refuses on the host.
-    """
-    out = backend.forward(model, backend.asarray(source.read(0, 1)), output_fn)
-    return int(out.shape[1])
-
-
-def check_common(
-    func: str, batch_size: Any, max_cpu_sequences: Any, verbose: Any, output_fn: Any
-) -> tuple[int | None, int]:
-    size = check_batch_size(batch_size, func)
-    limit = check_positive_int(max_cpu_sequences, "max_cpu_sequences", func)
-    if not isinstance(verbose, bool):
-        raise parameter_error(func, "verbose", "True or False", verbose, error=TypeError)
-    if output_fn is not None and not callable(output_fn):
-        raise parameter_error(func, "output_fn", "None or a callable", output_fn, error=TypeError)
-    return size, limit
 
 
 def _path(job: GradientJob) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -94,6 +63,9 @@ def gradient_attribution(
     device: Any,
     verbose: Any,
     backend: str | None,
+    out: Any = None,
+    overwrite: bool = False,
+    regions: Any = None,
 ) -> Any:
     func = job.func
     size, limit = check_common(func, batch_size, max_cpu_sequences, verbose, output_fn)
@@ -112,11 +84,13 @@ def gradient_attribution(
     if job.n_steps is not None:
         check_positive_int(job.n_steps, "n_steps", func)
     source = as_source(X, alphabet_axis, func)
-    be = get_backend(model, backend)
-    with be.session(model, device) as resolved_device:
-        n_outputs = probe_outputs(be, model, source, output_fn)
-        targets, squeeze = resolve_targets(target, n_outputs, func)
-        seed = resolve_seed(job.random_state, func)
+    if job.n_steps is not None:
+        quadrature(job.method, job.n_steps)  # validates the rule before any work
+    alphas, weights, output_weights = _path(job)
+
+    def make_kernel(
+        be: Backend, targets: list[int], seed: int, todo: SequenceSource
+    ) -> GradientKernel:
         spec: BaselineSpec = (
             BaselineSpec(1, "zeros", constant=0.0)
             if job.n_steps is None
@@ -129,8 +103,7 @@ def gradient_attribution(
                 per_sequence_array=job.per_sequence_array,
             )
         )
-        alphas, weights, output_weights = _path(job)
-        kernel = GradientKernel(
+        return GradientKernel(
             be,
             model,
             output_fn=output_fn,
@@ -145,24 +118,43 @@ def gradient_attribution(
             correct_gradient=job.correct_gradient,
             func=func,
         )
-        k = len(targets)
-        shapes: dict[str, tuple[int, ...]] = {"attributions": (k, *source.row_shape)}
+
+    def shapes(k: int) -> dict[str, tuple[int, ...]]:
+        row: dict[str, tuple[int, ...]] = {"attributions": (k, *source.row_shape)}
         if job.return_delta:
-            shapes["delta"] = (k,)
-        sink = ArraySink(source.n_sequences, shapes)
-        cache_key = ("gradients", be.name, str(resolved_device), source.row_shape, k)
-        result = run(
-            kernel,
-            source,
-            be,
-            model,
-            sink,
-            batch_size=size,
-            max_cpu_sequences=limit,
-            cache_key=cache_key,
-            verbose=verbose,
-            description=func,
-        )
+            row["delta"] = (k,)
+        return row
+
+    settings = {
+        "n_steps": job.n_steps,
+        "quadrature": job.method if job.n_steps is not None else None,
+        "n_baselines": job.n_baselines if job.n_steps is not None else None,
+        "baselines": describe_baselines(job.baselines) if job.n_steps is not None else None,
+        "multiply_by_inputs": job.multiply_by_inputs,
+        "correct_gradient": job.correct_gradient,
+        "return_delta": job.return_delta,
+    }
+    result, squeeze = execute(
+        func=func,
+        model=model,
+        source=source,
+        backend=backend,
+        device=device,
+        target=target,
+        output_fn=output_fn,
+        batch_size=size,
+        max_cpu_sequences=limit,
+        verbose=verbose,
+        random_state=job.random_state,
+        make_kernel=make_kernel,
+        shapes=shapes,
+        settings=settings,
+        out=out,
+        overwrite=overwrite,
+        regions=regions,
+    )
+    if isinstance(result, str):
+        return result
     attributions = result["attributions"]
     if squeeze:
         attributions = attributions[:, 0]

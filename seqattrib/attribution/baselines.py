@@ -200,6 +200,18 @@ def resolve_baselines(
     )
 
 
+def describe_baselines(baselines: Any) -> str:
+    """A text that identifies the baselines (stored with tracks files, compared on resume)."""
+    if isinstance(baselines, str):
+        return baselines
+    if callable(baselines):
+        module = getattr(baselines, "__module__", "")
+        return f"callable:{module}.{getattr(baselines, '__qualname__', '')}"
+    array = np.ascontiguousarray(np.asarray(baselines, dtype=np.float32))
+    digest = hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
+    return f"array{list(array.shape)}:{digest}"
+
+
 def _check_finite(array: np.ndarray, func: str) -> None:
     if not np.isfinite(array).all():
         raise parameter_error(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -28,6 +29,13 @@ _TAIL_DOC = """
         Show a progress bar on stderr.
     backend : {None, "torch", "tensorflow"}
         Needed only for plain callables.
+    out : path, optional
+        Stream the results into this HDF5 tracks file (``seqattrib.io.read_tracks``) and
+        return its path instead of arrays; a rerun with the same settings resumes it.
+    overwrite : bool
+        Replace an existing ``out`` file instead of resuming it.
+    regions : optional
+        Genome coordinates of the rows of X (``chrom``, ``start``, ``end``), stored in ``out``.
     return_delta : bool
         Also return the completeness gap f(x) - mean_j f(b_j) - sum of attributions, of shape
         (n_sequences,) for an int target, else (n_sequences, K).
@@ -59,6 +67,9 @@ def integrated_gradients(
     device: Any = None,
     verbose: bool = False,
     backend: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    regions: Any = None,
     return_delta: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Integrated gradients from one baseline per sequence.
@@ -117,6 +128,9 @@ def integrated_gradients(
         device=device,
         verbose=verbose,
         backend=backend,
+        out=out,
+        overwrite=overwrite,
+        regions=regions,
     )
 
 
@@ -139,6 +153,9 @@ def expected_integrated_gradients(
     device: Any = None,
     verbose: bool = False,
     backend: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    regions: Any = None,
     return_delta: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Expected integrated gradients: IG averaged over many baselines per sequence.
@@ -198,6 +215,9 @@ def expected_integrated_gradients(
         device=device,
         verbose=verbose,
         backend=backend,
+        out=out,
+        overwrite=overwrite,
+        regions=regions,
     )
 
 

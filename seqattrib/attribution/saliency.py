@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -24,6 +25,9 @@ def saliency(
     device: Any = None,
     verbose: bool = False,
     backend: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    regions: Any = None,
 ) -> np.ndarray:
     """Gradients of model outputs with respect to the input.
 
@@ -58,6 +62,13 @@ def saliency(
         Show a progress bar on stderr.
     backend : {None, "torch", "tensorflow"}
         Needed only for plain callables.
+    out : path, optional
+        Stream the results into this HDF5 tracks file (``seqattrib.io.read_tracks``) and
+        return its path instead of arrays; a rerun with the same settings resumes it.
+    overwrite : bool
+        Replace an existing ``out`` file instead of resuming it.
+    regions : optional
+        Genome coordinates of the rows of X (``chrom``, ``start``, ``end``), stored in ``out``.
 
     Returns
     -------
@@ -88,4 +99,7 @@ def saliency(
         device=device,
         verbose=verbose,
         backend=backend,
+        out=out,
+        overwrite=overwrite,
+        regions=regions,
     )

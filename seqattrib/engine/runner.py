@@ -42,6 +42,8 @@ class Kernel(Protocol):
     def prepare(self, x: np.ndarray, first: int) -> Payload:
         """Move a chunk of sequences (rows ``first:first+len(x)`` of X) to the device.
 
+        ``first`` (here and in ``finalize``) indexes X itself, also in a resumed run.
+
         Every tensor in the payload has the chunk's sequences on axis 0.
         """
 
@@ -89,7 +91,9 @@ class _Window:
             self.payload = {}
         while self.hi < stop:
             end = min(self.source.n_sequences, self.hi + max(self.chunk, stop - self.hi))
-            fresh = self.kernel.prepare(self.source.read(self.hi, end), self.hi)
+            fresh = self.kernel.prepare(
+                self.source.read(self.hi, end), self.source.offset + self.hi
+            )
             if self.payload:
                 fresh = {
                     name: self.backend.concat([self.payload[name], t]) for name, t in fresh.items()
@@ -119,9 +123,9 @@ def run(
         else AutoBatchSizer(model, cache_key, plan.n_rows)
     )
     window = _Window(kernel, source, backend, max_cpu_sequences, plan.mean_rows)
-    progress = _progress(source.n_sequences, verbose, description)
+    progress = _progress(source.offset, source.n_sequences, verbose, description)
     carry: Payload | None = None
-    done = _Finished(kernel, backend, sink, max_cpu_sequences, progress)
+    done = _Finished(kernel, backend, sink, max_cpu_sequences, progress, source.offset)
     start = 0
     while start < plan.n_rows:
         size = sizer.next_size()
@@ -169,13 +173,19 @@ class _Finished:
     """Finished sequences: kept on the device, copied to the host in blocks, then sunk."""
 
     def __init__(
-        self, kernel: Kernel, backend: Backend, sink: Sink, max_cpu_sequences: int, progress: Any
+        self,
+        kernel: Kernel,
+        backend: Backend,
+        sink: Sink,
+        max_cpu_sequences: int,
+        progress: Any,
+        first: int,
     ) -> None:
         self.kernel, self.backend, self.sink, self.progress = kernel, backend, sink, progress
         self.max_cpu_sequences = max_cpu_sequences
         self.parts: list[Payload] = []
         self.n_pending = 0
-        self.n_written = 0
+        self.n_written = first  # global index (a resumed run starts past the written rows)
         self.block = max_cpu_sequences
 
     def add(self, part: Payload, n: int) -> None:
@@ -209,9 +219,14 @@ class _Finished:
         self.n_pending = n - offset
 
 
-def _progress(total: int, verbose: bool, description: str) -> Any:
+def _progress(done: int, todo: int, verbose: bool, description: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=total, disable=not verbose, unit="seq", desc=description or None, file=sys.stderr
+        total=done + todo,
+        initial=done,
+        disable=not verbose,
+        unit="seq",
+        desc=description or None,
+        file=sys.stderr,
     )

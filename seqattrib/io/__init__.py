@@ -5,6 +5,30 @@ Only numpy is imported here; file formats import their libraries when first used
 
 from __future__ import annotations
 
+from .bigwig import write_bigwig
+from .genome import (
+    Genome,
+    Regions,
+    chrom_sizes,
+    extract_windows,
+    read_fasta,
+    read_regions,
+    write_bed,
+)
 from .onehot import decode, one_hot
+from .tracks import Tracks, read_tracks
 
-__all__ = ["decode", "one_hot"]
+__all__ = [
+    "Genome",
+    "Regions",
+    "Tracks",
+    "chrom_sizes",
+    "decode",
+    "extract_windows",
+    "one_hot",
+    "read_fasta",
+    "read_regions",
+    "read_tracks",
+    "write_bed",
+    "write_bigwig",
+]

@@ -1,0 +1,146 @@
+"""HDF5 tracks: round trip, resume after kill -9, refusals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pytest
+from conftest import LENGTH, make_model
+from helpers import FLOAT32, assert_close
+from models import random_one_hot
+
+import seqattrib as sa
+from seqattrib.io.tracks import read_tracks
+
+TESTS = Path(__file__).parents[1]
+
+
+@pytest.fixture
+def model(conv_weights):
+    return make_model("torch", "convnet", conv_weights, "NCL")
+
+
+def test_round_trip_with_regions_and_delta(model, tmp_path):
+    X = random_one_hot(7, LENGTH, seed=31, layout="NCL").astype(np.int8)
+    regions = SimpleNamespace(
+        chrom=["chr1"] * 7, start=np.arange(7) * 100, end=np.arange(7) * 100 + LENGTH
+    )
+    path = tmp_path / "t.h5"
+    kwargs = dict(target=[0, 2], n_baselines=3, n_steps=4, return_delta=True, batch_size=10)
+    expected, delta = sa.expected_integrated_gradients(model, X, **kwargs)
+    returned = sa.expected_integrated_gradients(
+        model, X, out=path, regions=regions, max_cpu_sequences=3, **kwargs
+    )
+    assert returned == str(path)
+    tracks = read_tracks(path)
+    assert_close(tracks.attributions, expected, FLOAT32)
+    assert_close(tracks.delta, delta, FLOAT32)
+    np.testing.assert_array_equal(tracks.sequences, X)
+    assert tracks.regions.chrom == ["chr1"] * 7
+    np.testing.assert_array_equal(tracks.regions.start, regions.start)
+    assert tracks.attrs["n_completed"] == 7 and tracks.attrs["backend"] == "torch"
+    settings = tracks.settings
+    assert settings["method"] == "expected_integrated_gradients"
+    assert settings["targets"] == [0, 2] and settings["n_steps"] == 4
+    assert settings["baselines"] == "dinuc_shuffle" and settings["random_state"] == 0
+    with h5py.File(path) as f:
+        assert f["sequences"].dtype == np.int8 and f["attributions"].compression == "gzip"
+        assert f["attributions"].maxshape[0] is None
+    part = read_tracks(path, rows=slice(2, 5))
+    assert_close(part.attributions, expected[2:5], FLOAT32)
+
+
+@pytest.mark.parametrize("method", ["saliency", "ig", "ism"])
+def test_every_method_writes_tracks(model, tmp_path, method):
+    X = random_one_hot(4, LENGTH, seed=32, layout="NCL")
+    expected = sa.explain(model, X, method=method, target=1)
+    path = sa.explain(model, X, method=method, target=1, out=tmp_path / f"{method}.h5")
+    tracks = read_tracks(path)
+    assert tracks.attributions.shape == X.shape
+    assert_close(tracks.attributions, expected, FLOAT32)
+    assert tracks.sequences.dtype == np.float32
+
+
+def test_refusals(model, tmp_path):
+    X = random_one_hot(4, LENGTH, seed=33, layout="NCL")
+    path = tmp_path / "t.h5"
+    sa.integrated_gradients(model, X, n_steps=4, out=path)
+    with pytest.raises(ValueError, match=r"'out'.*n_steps=4 \(now 5\).*overwrite=True"):
+        sa.integrated_gradients(model, X, n_steps=5, out=path)
+    with pytest.raises(ValueError, match=r"'out'.*targets=\[0\] \(now \[1\]\)"):
+        sa.integrated_gradients(model, X, n_steps=4, target=1, out=path)
+    other = X.copy()
+    other[0] = np.roll(other[0], 1, axis=-1)
+    with pytest.raises(ValueError, match=r"stored sequences differ from X"):
+        sa.integrated_gradients(model, other, n_steps=4, out=path)
+    np.save(tmp_path / "x.npy", X)
+    with pytest.raises(ValueError, match=r"'out'.*unreadable file"):
+        sa.integrated_gradients(model, X, out=tmp_path / "x.npy")
+    same = sa.integrated_gradients(model, X, n_steps=4, out=path)  # complete: nothing to do
+    assert read_tracks(same).attrs["n_completed"] == 4
+    sa.integrated_gradients(model, X, n_steps=5, out=path, overwrite=True)
+    assert read_tracks(path).settings["n_steps"] == 5
+    with pytest.raises(ValueError, match=r"'out'.*existing folder"):
+        sa.integrated_gradients(model, X, out=tmp_path / "missing" / "t.h5")
+    with pytest.raises(ValueError, match=r"'regions'.*one region per sequence"):
+        sa.saliency(
+            model,
+            X,
+            out=tmp_path / "r.h5",
+            regions=SimpleNamespace(chrom=["c"], start=[0], end=[1]),
+        )
+
+
+WORKER = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np, torch, models, seqattrib as sa
+torch.set_num_threads(1)
+model = models.torch_model("convnet", models.convnet_weights(n_outputs=3), "NCL")
+X = models.random_one_hot(240, {length}, seed=34, layout="NCL")
+sa.expected_integrated_gradients(model, X, target=[0, 1], n_baselines=4, n_steps=4,
+                                 random_state=None, batch_size=64, max_cpu_sequences=4,
+                                 out={path!r})
+"""
+
+
+def _completed(path: Path) -> int:
+    try:
+        with h5py.File(path, "r", libver="latest", swmr=True) as f:
+            return int(f.attrs["n_completed"])
+    except (OSError, KeyError):
+        return 0
+
+
+@pytest.mark.parametrize("kill_after", [8, 60])
+def test_resume_after_kill_equals_an_uninterrupted_run(model, tmp_path, kill_after):
+    path = tmp_path / "killed.h5"
+    code = WORKER.format(tests=str(TESTS), length=LENGTH, path=str(path))
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while _completed(path) < kill_after and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    interrupted = read_tracks(path)  # the file opens and claims only rows it wrote
+    done = interrupted.attrs["n_completed"]
+    assert kill_after <= done < 240, f"killed after {done} rows"
+    assert np.isfinite(interrupted.attributions).all()
+    seed = interrupted.attrs["seed"]
+    X = random_one_hot(240, LENGTH, seed=34, layout="NCL")
+    kwargs = dict(target=[0, 1], n_baselines=4, n_steps=4, batch_size=64, max_cpu_sequences=4)
+    sa.expected_integrated_gradients(model, X, random_state=None, out=path, **kwargs)
+    resumed = read_tracks(path)
+    assert resumed.attrs["n_completed"] == 240 and resumed.attrs["seed"] == seed
+    uninterrupted = sa.expected_integrated_gradients(model, X, random_state=seed, **kwargs)
+    assert_close(resumed.attributions, uninterrupted, FLOAT32)
+    assert_close(resumed.attributions[:done], interrupted.attributions, FLOAT32)
