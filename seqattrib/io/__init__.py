@@ -6,6 +6,7 @@ Only numpy is imported here; file formats import their libraries when first used
 from __future__ import annotations
 
 from .bigwig import write_bigwig
+from .export import export_bigwig, export_modisco
 from .genome import (
     Genome,
     Regions,
@@ -24,6 +25,8 @@ __all__ = [
     "Tracks",
     "chrom_sizes",
     "decode",
+    "export_bigwig",
+    "export_modisco",
     "extract_windows",
     "one_hot",
     "read_fasta",

@@ -1,0 +1,177 @@
+"""The embedded demo: a tiny CNN on synthetic DNA with planted JASPAR motifs.
+
+``data/`` holds the sequences (made by ``data/make_demo.py``), the motif positions and the
+trained model for torch and Keras; ``seqattrib demo`` explains it end to end. The model
+factories here are also the ``pkg.module:factory`` the CLI loads: ``seqattrib.demo:torch_model``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._errors import parameter_error
+
+TASKS = ("GATA", "Ebox", "CTCF")
+LENGTH = 200
+FILTERS = 32
+WIDTH = 15
+
+
+def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """The demo data folder: ``path``, ``$SEQATTRIB_DEMO_DATA`` or ``data/`` of the checkout."""
+    candidates = [
+        path,
+        os.environ.get("SEQATTRIB_DEMO_DATA"),
+        Path(__file__).resolve().parents[1] / "data",
+    ]
+    for candidate in candidates:
+        if candidate is not None and (Path(candidate) / "demo_sequences.fa").exists():
+            return Path(candidate)
+    raise parameter_error(
+        "demo",
+        "data",
+        "a folder with the demo files (demo_sequences.fa, demo_model.pt, ...)",
+        str(path) if path else "no such folder beside the package",
+        "Run from a checkout of the repository (data/), or pass --data DIR.",
+        described=True,
+    )
+
+
+def torch_model(weights: str | os.PathLike[str] | None = None) -> Any:
+    """The demo CNN in torch: (batch, 4, 200) -> (batch, 3) logits; loads ``weights`` if given
+    (default: ``data/demo_model.pt``; pass ``weights=""`` for an untrained model)."""
+    import torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv1d(4, FILTERS, WIDTH, padding=WIDTH // 2),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveMaxPool1d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(FILTERS, len(TASKS)),
+    )
+    if weights is None:
+        weights = data_dir() / "demo_model.pt"
+    if weights != "":
+        model.load_state_dict(torch.load(weights, weights_only=True))
+    return model.eval()
+
+
+def keras_model(weights: str | os.PathLike[str] | None = None) -> Any:
+    """The same CNN in Keras 3: (batch, 200, 4) -> (batch, 3) logits
+    (default weights: ``data/demo_model.keras``)."""
+    import keras
+
+    if weights is None:
+        weights = data_dir() / "demo_model.keras"
+    if weights != "":
+        return keras.models.load_model(weights)
+    return keras.Sequential(
+        [
+            keras.Input((LENGTH, 4)),
+            keras.layers.Conv1D(FILTERS, WIDTH, padding="same", activation="relu"),
+            keras.layers.GlobalMaxPooling1D(),
+            keras.layers.Dense(len(TASKS)),
+        ]
+    )
+
+
+def load_data(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Sequences, labels, planted motif positions and made-up genome coordinates."""
+    from .io import chrom_sizes, read_fasta, read_regions
+
+    folder = data_dir(path)
+    records = read_fasta(folder / "demo_sequences.fa")
+    names = list(records)
+    table = np.genfromtxt(
+        folder / "demo_motifs.tsv", delimiter="\t", names=True, dtype=None, encoding="ascii"
+    )
+    return {
+        "names": names,
+        "sequences": [records[n] for n in names],
+        "labels": np.stack([table[f"has_{t}"] for t in TASKS], axis=1).astype(np.float32),
+        "motif_starts": np.stack([table[f"{t}_start"] for t in TASKS], axis=1),
+        "motif_ends": np.stack([table[f"{t}_end"] for t in TASKS], axis=1),
+        "regions": read_regions(folder / "demo_regions.bed"),
+        "chrom_sizes": chrom_sizes(folder / "demo.chrom.sizes"),
+        "folder": folder,
+    }
+
+
+def run_demo(
+    outdir: str | os.PathLike[str],
+    *,
+    n_sequences: int = 100,
+    framework: str = "torch",
+    data: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """EIG on the demo model, then every export: tracks.h5, TF-MoDISco npz, bigWig, a logo.
+
+    Returns what was written and the fraction of sequences whose top projected base lies in
+    the planted motif of the explained task.
+    """
+    import seqattrib as sa
+
+    from .io import export_bigwig, export_modisco
+    from .plot import plot_logo
+
+    demo = load_data(data)
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    layout = "NCL" if framework == "torch" else "NLC"
+    model = torch_model() if framework == "torch" else keras_model()
+    test = np.arange(len(demo["names"]))[-n_sequences:]  # the held-out end of the file
+    X = sa.one_hot([demo["sequences"][i] for i in test], layout=layout, dtype=np.int8)
+    regions = demo["regions"].take(test)
+    tick = time.perf_counter()
+    tracks = sa.expected_integrated_gradients(
+        model,
+        X,
+        target=[0, 1, 2],
+        multiply_by_inputs=False,
+        out=outdir / "tracks.h5",
+        regions=regions,
+        overwrite=overwrite,
+        verbose=verbose,
+    )
+    seconds = time.perf_counter() - tick
+    written = [Path(tracks)]
+    written += export_modisco(tracks, outdir, class_names=TASKS, overwrite=overwrite)
+    written += export_bigwig(
+        tracks, outdir, demo["chrom_sizes"], class_names=TASKS, overwrite=overwrite
+    )
+    hypothetical = sa.io.read_tracks(tracks).attributions  # (N, 3, ...) hypothetical scores
+    hits = {}
+    for k, task in enumerate(TASKS):
+        positive = np.flatnonzero(demo["labels"][test, k] > 0)
+        scores = sa.project(hypothetical[positive, k], X[positive])
+        top = scores.argmax(axis=1)
+        start, end = demo["motif_starts"][test[positive], k], demo["motif_ends"][test[positive], k]
+        hits[task] = (float(np.mean((top >= start) & (top < end))), len(positive))
+    first = int(np.flatnonzero(demo["labels"][test, 0] > 0)[0])
+    s = int(demo["motif_starts"][test[first], 0])
+    contributions = hypothetical[first, 0] * X[first]
+    logo = outdir / "logo_GATA.png"
+    if logo.exists() and not overwrite:
+        raise parameter_error(
+            "demo",
+            "overwrite",
+            "True to replace existing files",
+            f"False with {logo} already there",
+            error=FileExistsError,
+        )
+    plot_logo(
+        contributions,
+        start=max(0, s - 20),
+        end=min(LENGTH, s + 30),
+        path=logo,
+        title=f"{demo['names'][test[first]]}: GATA task, planted motif at {s}",
+    )
+    written.append(logo)
+    return {"files": written, "hits": hits, "seconds": seconds, "n_sequences": len(test)}

@@ -1,0 +1,280 @@
+"""From a tracks file to the files other tools read: TF-MoDISco inputs and bigWig tracks."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import parameter_error
+from .._optional import import_optional
+from .tracks import FORMAT
+
+PathLike = str | os.PathLike[str]
+_BLOCK_BYTES = 64 * 2**20
+
+
+def _open(path: PathLike, func: str) -> Any:
+    h5py = import_optional("h5py")
+    try:
+        f = h5py.File(os.fspath(path), "r", libver="latest", swmr=True)
+    except OSError as exc:
+        raise parameter_error(
+            func, "tracks", "a tracks file written with out=", os.fspath(path), described=True
+        ) from exc
+    if f.attrs.get("format") != FORMAT:
+        f.close()
+        raise parameter_error(
+            func, "tracks", "a tracks file written with out=", os.fspath(path), described=True
+        )
+    return f
+
+
+def _class_names(targets: Sequence[int], class_names: Any, func: str) -> list[str]:
+    if class_names is None:
+        return [f"target{t}" for t in targets]
+    if isinstance(class_names, Mapping):
+        names = [str(class_names.get(t, f"target{t}")) for t in targets]
+    else:
+        names = [str(n) for n in class_names]
+    if len(names) != len(targets) or len(set(names)) != len(names):
+        raise parameter_error(
+            func,
+            "class_names",
+            f"{len(targets)} distinct names (one per target {list(targets)}) or a dict",
+            class_names,
+        )
+    return names
+
+
+def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, hypothetical scores (n, L, 4)-or-layout block) of one target, block by block."""
+    settings = f.attrs
+    method = str(settings["method"])
+    if method != "ism" and bool(settings.get("multiply_by_inputs", False)):
+        raise parameter_error(
+            func,
+            "tracks",
+            "hypothetical scores (multiply_by_inputs=False, or ISM)",
+            f"{method} attributions multiplied by the inputs",
+            "Rerun with multiply_by_inputs=False: TF-MoDISco takes hypothetical scores.",
+            described=True,
+        )
+    done = int(settings["n_completed"])
+    data = f["attributions"]
+    row_bytes = int(np.prod(data.shape[1:])) * 4
+    step = max(1, _BLOCK_BYTES // row_bytes)
+    axis = int(settings["alphabet_axis"])
+    for start in range(0, done, step):
+        block = data[start : min(done, start + step)]
+        if k is not None:
+            block = block[:, k]
+        if method == "ism":
+            block = block - block.mean(axis=axis, keepdims=True)
+        yield start, block
+
+
+def _ncl(block: np.ndarray, alphabet_axis: int) -> np.ndarray:
+    return block.transpose(0, 2, 1) if alphabet_axis == -1 else block
+
+
+def _write_npz(
+    path: Path, shape: tuple[int, ...], dtype: Any, blocks: Iterator[np.ndarray]
+) -> None:
+    """An ``.npz`` with one member ``arr_0``, streamed block by block (bounded memory)."""
+    partial = path.with_name(path.name + ".partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        with archive.open("arr_0.npy", "w", force_zip64=True) as member:
+            header = {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                "fortran_order": False,
+                "shape": shape,
+            }
+            np.lib.format.write_array_header_2_0(member, header)
+            for block in blocks:
+                member.write(np.ascontiguousarray(block, dtype=dtype).tobytes())
+    os.replace(partial, path)
+
+
+def _targets(f: Any) -> tuple[list[int], bool]:
+    import json
+
+    targets = json.loads(f.attrs["settings"])["targets"]
+    squeezed = f["attributions"].ndim == 3
+    return [int(t) for t in targets], squeezed
+
+
+def _check_outdir(outdir: PathLike, paths: list[Path], overwrite: bool, func: str) -> None:
+    if not Path(outdir).is_dir():
+        raise parameter_error(
+            func, "outdir", "an existing folder", os.fspath(outdir), f"Create {outdir} first."
+        )
+    existing = [p for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise parameter_error(
+            func,
+            "overwrite",
+            "True to replace existing files",
+            f"False with {existing[0]} already there",
+            "Pass overwrite=True (--overwrite), or choose another folder.",
+            error=FileExistsError,
+        )
+
+
+def export_modisco(
+    tracks: PathLike,
+    outdir: PathLike,
+    *,
+    class_names: Sequence[str] | Mapping[int, str] | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Write TF-MoDISco inputs for every target class of a tracks file.
+
+    Per class: ``{class}_ohe.npz`` and ``{class}_attr.npz`` (member ``arr_0``, shape
+    (n_sequences, 4, length), hypothetical scores), and ``{class}_regions.bed`` when the file
+    has regions, in the form ``modisco motifs -s {class}_ohe.npz -a {class}_attr.npz`` reads.
+    ISM scores are mean-centred per position; gradient tracks must be hypothetical
+    (``multiply_by_inputs=False``). Files are streamed, so memory stays bounded.
+
+    Parameters
+    ----------
+    tracks : path
+        A tracks file written with ``out=``.
+    outdir : path
+        An existing folder.
+    class_names : list or dict, optional
+        Names per target (default ``target{index}``).
+    overwrite : bool
+        Replace existing files.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+    """
+    func = "export_modisco"
+    f = _open(tracks, func)
+    try:
+        targets, squeezed = _targets(f)
+        names = _class_names(targets, class_names, func)
+        done = int(f.attrs["n_completed"])
+        axis = int(f.attrs["alphabet_axis"])
+        length = int(f["sequences"].shape[1 if axis == -1 else 2])
+        outdir = Path(outdir)
+        has_regions = "regions" in f
+        paths = [
+            outdir / f"{name}_{kind}"
+            for name in names
+            for kind in (["ohe.npz", "attr.npz"] + (["regions.bed"] if has_regions else []))
+        ]
+        _check_outdir(outdir, paths, overwrite, func)
+        shape = (done, 4, length)
+        seq = f["sequences"]
+        step = max(1, _BLOCK_BYTES // (4 * length))
+        for k, name in enumerate(names):
+            ohe = (_ncl(seq[s : min(done, s + step)], axis) for s in range(0, done, step))
+            _write_npz(outdir / f"{name}_ohe.npz", shape, np.int8, ohe)
+            hyp = (_ncl(b, axis) for _, b in _hypothetical_blocks(f, None if squeezed else k, func))
+            _write_npz(outdir / f"{name}_attr.npz", shape, np.float32, hyp)
+        if has_regions:
+            g = f["regions"]
+            chrom = [c.decode() if isinstance(c, bytes) else str(c) for c in g["chrom"][:done]]
+            start, end = g["start"][:done], g["end"][:done]
+            for name in names:
+                with open(outdir / f"{name}_regions.bed", "w") as bed:
+                    for c, s, e in zip(chrom, start, end, strict=True):
+                        bed.write(f"{c}\t{s}\t{e}\n")
+    finally:
+        f.close()
+    return paths
+
+
+def export_bigwig(
+    tracks: PathLike,
+    outdir: PathLike,
+    chrom_sizes: Mapping[str, int] | PathLike,
+    *,
+    class_names: Sequence[str] | Mapping[int, str] | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Write one bigWig of per-base projected scores per target class of a tracks file.
+
+    The projected score of a base is its attribution at the base present (``project``); for
+    ISM it is the mean-centred score at the reference base (minus the mean effect of its
+    mutations). Windows overlapping each other are resolved at the midpoint between their
+    centres (``seqattrib.io.write_bigwig``).
+
+    Parameters
+    ----------
+    tracks : path
+        A tracks file written with ``out=`` and ``regions=`` (genome coordinates).
+    outdir : path
+        An existing folder; files are ``{class}.bw``.
+    chrom_sizes : dict or path
+        Chromosome sizes for the bigWig header.
+    class_names : list or dict, optional
+        Names per target (default ``target{index}``).
+    overwrite : bool
+        Replace existing files.
+
+    Returns
+    -------
+    list of Path
+    """
+    from .bigwig import write_bigwig
+    from .genome import Regions
+
+    func = "export_bigwig"
+    f = _open(tracks, func)
+    try:
+        targets, squeezed = _targets(f)
+        names = _class_names(targets, class_names, func)
+        if "regions" not in f:
+            raise parameter_error(
+                func,
+                "tracks",
+                "a tracks file with genome regions",
+                "a file written without regions=",
+                "Pass regions= (e.g. from seqattrib.io.extract_windows) when writing the tracks.",
+                described=True,
+            )
+        outdir = Path(outdir)
+        paths = [outdir / f"{name}.bw" for name in names]
+        _check_outdir(outdir, paths, overwrite, func)
+        done = int(f.attrs["n_completed"])
+        axis = int(f.attrs["alphabet_axis"])
+        g = f["regions"]
+        regions = Regions.from_arrays(
+            [c.decode() if isinstance(c, bytes) else str(c) for c in g["chrom"][:done]],
+            g["start"][:done],
+            g["end"][:done],
+        )
+        seq_axis = axis if axis == -1 else 1
+        for k, path in enumerate(paths):
+            projected = []
+            index = None if squeezed else k
+            blocks = (
+                _hypothetical_blocks(f, index, func)
+                if f.attrs["method"] == "ism"
+                else _raw_blocks(f, index)
+            )
+            for start, block in blocks:
+                x = f["sequences"][start : start + len(block)].astype(np.float32)
+                projected.append((block * x).sum(axis=seq_axis))
+            write_bigwig(path, np.concatenate(projected), regions, chrom_sizes, overwrite=overwrite)
+    finally:
+        f.close()
+    return paths
+
+
+def _raw_blocks(f: Any, k: int | None) -> Iterator[tuple[int, np.ndarray]]:
+    done = int(f.attrs["n_completed"])
+    data = f["attributions"]
+    step = max(1, _BLOCK_BYTES // (int(np.prod(data.shape[1:])) * 4))
+    for start in range(0, done, step):
+        block = data[start : min(done, start + step)]
+        yield start, block if k is None else block[:, k]
