@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -124,7 +124,7 @@ def run_demo(
     demo = load_data(data)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    layout = "NCL" if framework == "torch" else "NLC"
+    layout: Literal["NLC", "NCL"] = "NCL" if framework == "torch" else "NLC"
     model = torch_model() if framework == "torch" else keras_model()
     test = np.arange(len(demo["names"]))[-n_sequences:]  # the held-out end of the file
     X = sa.one_hot([demo["sequences"][i] for i in test], layout=layout, dtype=np.int8)
@@ -141,6 +141,7 @@ def run_demo(
         verbose=verbose,
     )
     seconds = time.perf_counter() - tick
+    assert isinstance(tracks, str)
     written = [Path(tracks)]
     written += export_modisco(tracks, outdir, class_names=TASKS, overwrite=overwrite)
     written += export_bigwig(

@@ -46,6 +46,8 @@ _TAIL_DOC = """
         Shape (n_sequences, *X.shape[1:]) for an int target, else (n_sequences, K,
         *X.shape[1:]), in the layout of X.
     delta : ndarray of float32, only with ``return_delta=True``
+
+    With ``out=``, the file's path instead (the delta is stored in the file).
 """
 
 
@@ -71,7 +73,7 @@ def integrated_gradients(
     overwrite: bool = False,
     regions: Any = None,
     return_delta: bool = False,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+) -> np.ndarray | tuple[np.ndarray, np.ndarray] | str:
     """Integrated gradients from one baseline per sequence.
 
     Use IG when one reference is meaningful (all zeros, 0.25 everywhere, or a chosen
@@ -157,7 +159,7 @@ def expected_integrated_gradients(
     overwrite: bool = False,
     regions: Any = None,
     return_delta: bool = False,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+) -> np.ndarray | tuple[np.ndarray, np.ndarray] | str:
     """Expected integrated gradients: IG averaged over many baselines per sequence.
 
     Use EIG for DNA models by default: dinucleotide-shuffled references keep the sequence's

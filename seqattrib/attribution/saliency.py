@@ -28,7 +28,7 @@ def saliency(
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     regions: Any = None,
-) -> np.ndarray:
+) -> np.ndarray | str:
     """Gradients of model outputs with respect to the input.
 
     Use saliency for a fast first look (one backward pass per sequence); it explains the
@@ -73,7 +73,7 @@ def saliency(
     Returns
     -------
     ndarray of float32, shape (n_sequences, *X.shape[1:]) for an int target, else
-    (n_sequences, K, *X.shape[1:]), in the layout of X.
+    (n_sequences, K, *X.shape[1:]), in the layout of X; the file's path with ``out=``.
     """
     job = GradientJob(
         func="saliency",
