@@ -30,7 +30,8 @@ def explain(model: Any, X: Any, *, method: str = "eig", **kwargs: Any) -> Any:
     X : array of shape (n_sequences, length, 4) or (n_sequences, 4, length)
     method : {"eig", "ig", "saliency", "ism"}
     **kwargs
-        The chosen method's keyword arguments.
+        The chosen method's keyword arguments; the integration rule, ``method=`` of
+        ``integrated_gradients``, is ``quadrature=`` here.
 
     Returns
     -------
@@ -40,4 +41,6 @@ def explain(model: Any, X: Any, *, method: str = "eig", **kwargs: Any) -> Any:
         raise parameter_error(
             "explain", "method", "one of " + ", ".join(repr(m) for m in METHODS), method
         )
+    if "quadrature" in kwargs:
+        kwargs["method"] = kwargs.pop("quadrature")
     return METHODS[method](model, X, **kwargs)

@@ -20,6 +20,15 @@ _BLOCK_BYTES = 64 * 2**20
 
 def _open(path: PathLike, func: str) -> Any:
     h5py = import_optional("h5py")
+    if not os.path.isfile(path):
+        raise parameter_error(
+            func,
+            "tracks",
+            "an existing tracks file",
+            os.fspath(path),
+            error=FileNotFoundError,
+            described=True,
+        )
     try:
         f = h5py.File(os.fspath(path), "r", libver="latest", swmr=True)
     except OSError as exc:

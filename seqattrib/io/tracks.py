@@ -336,6 +336,15 @@ def read_tracks(path: str | os.PathLike[str], rows: slice | None = None) -> Trac
         as float32, ``delta`` or None, ``regions`` or None, and the file's attributes.
     """
     h5py = import_optional("h5py")
+    if not os.path.isfile(path):
+        raise parameter_error(
+            "read_tracks",
+            "path",
+            "an existing tracks file",
+            os.fspath(path),
+            error=FileNotFoundError,
+            described=True,
+        )
     with h5py.File(os.fspath(path), "r", libver="latest", swmr=True) as f:
         if f.attrs.get("format") != FORMAT:
             raise parameter_error(
