@@ -1,4 +1,5 @@
-"""The README's code examples run as written and give the shapes their comments promise."""
+"""The README's runnable examples (```python blocks) run as written and give the shapes their
+comments promise; ```py blocks need user files (a genome, a model) and are not run."""
 
 from __future__ import annotations
 
