@@ -79,7 +79,17 @@ def load_model(spec: str, weights: str | None = None) -> tuple[Any, str]:
             raise parameter_error("seqattrib", "--model", "a SavedModel folder", spec)
         import tensorflow as tf
 
-        return tf.saved_model.load(str(path)), "tensorflow"
+        loaded = tf.saved_model.load(str(path))
+        serve = getattr(loaded, "serve", None)  # keras Model.export()
+        if serve is None and not callable(loaded):
+            raise parameter_error(
+                "seqattrib",
+                "--model",
+                "a SavedModel with a serve endpoint or __call__",
+                spec,
+                "Export Keras models with model.export(path).",
+            )
+        return _Loaded(loaded, serve if serve is not None else loaded), "tensorflow"
     if path.suffix in (".keras", ".h5"):
         import keras
 
@@ -97,6 +107,16 @@ def load_model(spec: str, weights: str | None = None) -> tuple[Any, str]:
             spec,
             "For a state_dict, pass --model pkg.module:factory --weights FILE.",
         ) from exc
+
+
+class _Loaded:
+    """A SavedModel's endpoint that keeps the loaded object (and its variables) alive."""
+
+    def __init__(self, loaded: Any, endpoint: Any) -> None:
+        self.loaded, self.endpoint = loaded, endpoint
+
+    def __call__(self, x: Any) -> Any:
+        return self.endpoint(x)
 
 
 def _framework(model: Any) -> str:
@@ -203,8 +223,9 @@ def _layout(args: argparse.Namespace, framework: str) -> Literal["NLC", "NCL"]:
 
 
 # --------------------------------------------------------------------------- commands
-def _common_run(args: argparse.Namespace) -> dict[str, Any]:
+def _common_run(args: argparse.Namespace, framework: str) -> dict[str, Any]:
     return dict(
+        backend=framework,
         target=_targets(args.target),
         batch_size="auto" if args.batch_size == "auto" else int(args.batch_size),
         max_cpu_sequences=args.max_cpu_sequences,
@@ -220,7 +241,7 @@ def cmd_explain(args: argparse.Namespace) -> str:
 
     model, framework = load_model(args.model, args.weights)
     X, regions = load_sequences(args, _layout(args, framework))
-    kwargs = _common_run(args)
+    kwargs = _common_run(args, framework)
     if args.method in ("ig", "eig"):
         kwargs.update(
             n_steps=args.n_steps,
@@ -252,7 +273,12 @@ def cmd_ism(args: argparse.Namespace) -> str:
             ) from exc
         positions = (start, end)
     path = ism(
-        model, X, positions=positions, score=args.score, regions=regions, **_common_run(args)
+        model,
+        X,
+        positions=positions,
+        score=args.score,
+        regions=regions,
+        **_common_run(args, framework),
     )
     print(path)
     return str(path)

@@ -218,3 +218,47 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     written = {p.name for p in (tmp_path / "demo").iterdir()}
     assert {"tracks.h5", "GATA_ohe.npz", "GATA_attr.npz", "GATA.bw", "logo_GATA.png"} <= written
     assert Path(tmp_path / "demo" / "logo_GATA.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("kind", ["torchscript", "keras", "savedmodel"])
+def test_model_files(kind, fasta, tmp_path, capsys):
+    import torch
+
+    path, seqs = fasta
+    if kind == "torchscript":
+        model_path = tmp_path / "model.pt"
+        torch.jit.script(demo.torch_model()).save(str(model_path))
+        layout = "NCL"
+    elif kind == "keras":
+        model_path = demo.data_dir() / "demo_model.keras"
+        layout = "NLC"
+    else:
+        model_path = tmp_path / "saved"
+        demo.keras_model().export(str(model_path), verbose=False)
+        layout = "NLC"
+    out = tmp_path / "s.h5"
+    assert (
+        main(
+            [
+                "explain",
+                "--model",
+                str(model_path),
+                "--fasta",
+                str(path),
+                "--method",
+                "saliency",
+                "--target",
+                "1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
+    X = sa.one_hot(seqs, layout=layout)
+    expected = sa.saliency(demo.torch_model(), sa.one_hot(seqs, layout="NCL"), target=1)
+    if layout == "NLC":
+        expected = expected.transpose(0, 2, 1)
+    assert_close(read_tracks(out).attributions, expected, 1e-4)
+    np.testing.assert_array_equal(read_tracks(out).sequences, X)
