@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,21 @@ from .engine import ArraySink, Kernel, run
 
 #: make_kernel(backend, targets, seed, todo) -> Kernel; ``todo`` is the part of X left to run.
 KernelFactory = Callable[[Backend, list[int], int, SequenceSource], Kernel]
+
+_SHARD: ContextVar[dict[str, int] | None] = ContextVar("seqattrib_shard", default=None)
+
+
+@contextmanager
+def shard_context(index: int, count: int, start: int, stop: int, total: int) -> Iterator[None]:
+    """Record in ``out=`` files written inside this block that X is rows [start, stop) of a
+    job of ``total`` rows split in ``count`` shards (``seqattrib merge`` reads it)."""
+    token = _SHARD.set(
+        {"index": index, "count": count, "start": start, "stop": stop, "total": total}
+    )
+    try:
+        yield
+    finally:
+        _SHARD.reset(token)
 
 
 def check_common(
@@ -104,6 +121,7 @@ def execute(
                     n_sequences=source.n_sequences,
                     row_shape=list(source.row_shape),
                     alphabet_axis=source.alphabet_axis,
+                    **({"shard": _SHARD.get()} if _SHARD.get() is not None else {}),
                 ),
                 seed=seed,
                 adopt_seed=_random_state_setting(random_state) is None,

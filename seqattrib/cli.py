@@ -17,7 +17,8 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -222,6 +223,63 @@ def _layout(args: argparse.Namespace, framework: str) -> Literal["NLC", "NCL"]:
     return "NCL" if framework == "torch" else "NLC"
 
 
+# --------------------------------------------------------------------------- shards
+def resolve_shard(
+    text: str | None, environ: dict[str, str] | None = None
+) -> tuple[int, int] | None:
+    """(index, count) from ``--shard i/n``, a SLURM job array or torchrun; None: no sharding."""
+    env = dict(os.environ if environ is None else environ)
+    if text:
+        try:
+            index, count = (int(v) for v in text.split("/"))
+        except ValueError as exc:
+            raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", text) from exc
+    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        count = int(env["SLURM_ARRAY_TASK_COUNT"])
+    elif int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
+        index, count = int(env["RANK"]), int(env["WORLD_SIZE"])
+    else:
+        return None
+    if not 0 <= index < count:
+        raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", f"{index}/{count}")
+    return index, count
+
+
+def shard_path(out: str, index: int, count: int) -> str:
+    """``out`` with ``{shard}`` replaced, else ``.shard-i-of-n`` before the extension."""
+    if "{shard}" in out:
+        return out.replace("{shard}", str(index))
+    path = Path(out)
+    return str(path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}"))
+
+
+@contextmanager
+def _sharded(args: argparse.Namespace, X: Any, regions: Any) -> Iterator[tuple[Any, Any]]:
+    """Narrow X and regions to this process's shard and record it in the output file."""
+    from ._pipeline import shard_context
+
+    shard = resolve_shard(args.shard)
+    if shard is None:
+        yield X, regions
+        return
+    index, count = shard
+    total = len(X.regions)
+    start, stop = index * total // count, (index + 1) * total // count
+    if stop == start:
+        raise parameter_error(
+            "seqattrib",
+            "--shard",
+            f"at most {total} shards for {total} sequences",
+            f"{index}/{count}",
+        )
+    part = X.regions.take(np.arange(start, stop))
+    X = _Windows(X.genome, part, X.length, X.layout)
+    args.out = shard_path(args.out, index, count)
+    with shard_context(index, count, start, stop, total):
+        yield X, (regions.take(np.arange(start, stop)) if regions is not None else None)
+
+
 # --------------------------------------------------------------------------- commands
 def _common_run(args: argparse.Namespace, framework: str) -> dict[str, Any]:
     return dict(
@@ -237,10 +295,15 @@ def _common_run(args: argparse.Namespace, framework: str) -> dict[str, Any]:
 
 
 def cmd_explain(args: argparse.Namespace) -> str:
-    from .explain import explain
-
     model, framework = load_model(args.model, args.weights)
     X, regions = load_sequences(args, _layout(args, framework))
+    with _sharded(args, X, regions) as (X, regions):
+        return _explain(args, model, framework, X, regions)
+
+
+def _explain(args: argparse.Namespace, model: Any, framework: str, X: Any, regions: Any) -> str:
+    from .explain import explain
+
     kwargs = _common_run(args, framework)
     if args.method in ("ig", "eig"):
         kwargs.update(
@@ -272,14 +335,15 @@ def cmd_ism(args: argparse.Namespace) -> str:
                 "seqattrib ism", "--positions", "start:end", args.positions
             ) from exc
         positions = (start, end)
-    path = ism(
-        model,
-        X,
-        positions=positions,
-        score=args.score,
-        regions=regions,
-        **_common_run(args, framework),
-    )
+    with _sharded(args, X, regions) as (X, regions):
+        path = ism(
+            model,
+            X,
+            positions=positions,
+            score=args.score,
+            regions=regions,
+            **_common_run(args, framework),
+        )
     print(path)
     return str(path)
 
@@ -344,6 +408,57 @@ def cmd_plot(args: argparse.Namespace) -> Path:
     return Path(args.output)
 
 
+def cmd_merge(args: argparse.Namespace) -> Path:
+    from .io.merge import merge_tracks
+
+    path = merge_tracks(args.shards, args.output, overwrite=args.overwrite)
+    print(path)
+    return path
+
+
+def cmd_launch(args: argparse.Namespace) -> Path:
+    """One worker per device (CUDA_VISIBLE_DEVICES each), then merge their shards."""
+    import subprocess
+
+    from .io.merge import merge_tracks
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command or command[0] not in ("explain", "ism") or "--out" not in command:
+        raise parameter_error(
+            "seqattrib launch",
+            "command",
+            "explain or ism with --out",
+            " ".join(command) or "nothing",
+        )
+    if "--shard" in command:
+        raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    out = command[command.index("--out") + 1]
+    workers = []
+    for index, device in enumerate(devices):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)
+        for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "RANK", "WORLD_SIZE"):
+            env.pop(key, None)
+        argv = [sys.executable, "-m", "seqattrib", *command, "--shard", f"{index}/{len(devices)}"]
+        workers.append(subprocess.Popen(argv, env=env))
+    failed = [i for i, worker in enumerate(workers) if worker.wait() != 0]
+    if failed:
+        raise parameter_error(
+            "seqattrib launch",
+            "command",
+            "a command every worker completes",
+            f"failures in shard(s) {failed}",
+            "Rerun the same launch: finished shards are kept and unfinished ones resume.",
+            described=True,
+        )
+    shards = [shard_path(out, i, len(devices)) for i in range(len(devices))]
+    path = merge_tracks(shards, out, overwrite=args.overwrite)
+    print(path)
+    return path
+
+
 def cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
     if args.framework == "torch":
         import torch  # noqa: F401  (torch before TensorFlow)
@@ -400,6 +515,11 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="HDF5 tracks file to write (resumable)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--shard",
+        help="i/n: run the i-th of n contiguous blocks of the sequences "
+        "(default: from SLURM_ARRAY_TASK_ID/COUNT or RANK/WORLD_SIZE)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -462,6 +582,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="PNG or PDF")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(run=cmd_plot)
+
+    p = sub.add_parser("merge", help="merge the shard files of a sharded run")
+    p.add_argument("shards", nargs="+")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(run=cmd_merge)
+
+    p = sub.add_parser("launch", help="one worker per local device, then merge")
+    p.add_argument("--devices", required=True, help="comma list: 0,1,2,3 (GPUs) or cpu,cpu")
+    p.add_argument("--overwrite", action="store_true", help="replace the merged output")
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="explain|ism ... --out tracks.h5 (the workers' command)",
+    )
+    p.set_defaults(run=cmd_launch)
 
     p = sub.add_parser("demo", help="explain the embedded demo model end to end")
     p.add_argument("-o", "--outdir", default="seqattrib-demo")
