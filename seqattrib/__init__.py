@@ -16,12 +16,14 @@ from .attribution import (
     saliency,
 )
 from .backends import get_backend
+from .data_attribution import TracIn
 from .explain import explain
 from .io import decode, one_hot
 from .ism import ism, ism_to_hypothetical
 
 __all__ = [
     "SeqAttribWarning",
+    "TracIn",
     "__version__",
     "decode",
     "dinucleotide_shuffle",

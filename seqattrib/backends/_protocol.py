@@ -87,3 +87,53 @@ class Backend(Protocol):
 
     def synchronize(self) -> None:
         """Wait for queued device work (for timing)."""
+
+    # ----------------------------------------------------------------- data attribution
+    def get_state(self, model: Any) -> dict[str, np.ndarray]:
+        """Host copies of the model's full state: every parameter and buffer (torch state dict
+        entries; every Keras weight, trainable or not, such as BatchNorm statistics)."""
+
+    def set_state(self, model: Any, state: dict[str, np.ndarray]) -> None:
+        """Write a ``get_state`` snapshot back into the model, in place."""
+
+    def load_checkpoint(self, model: Any, checkpoint: Any) -> float | None:
+        """Default checkpoint loader: torch ``load_state_dict(torch.load(path, weights_only=True))``
+        or a state dict; Keras ``load_weights(path)``, a weight list or a ``{path: array}`` dict.
+
+        Returns None (no learning rate). Raises ``CheckpointMismatch`` naming the first key that
+        does not fit the model.
+        """
+
+    def trainable_parameters(self, model: Any) -> list[tuple[str, tuple[int, ...]]]:
+        """Names and shapes of the trainable parameters, in the order gradients are flattened.
+
+        Call outside ``session`` (the torch session switches ``requires_grad`` off).
+        """
+
+    def per_example_gradients(
+        self, model: Any, x: Tensor, y: Tensor, loss: str | Callable[..., Any], names: list[str]
+    ) -> Tensor:
+        """Vectorised per-example loss gradients, flattened: (B, P) float32.
+
+        ``loss`` is ``"cross_entropy"`` (``y`` int class labels), ``"bce"`` (logits against
+        labels in [0, 1], mean over outputs), ``"mse"`` (mean over outputs) or a framework-native
+        callable ``loss(outputs, y) -> (B,)``. ``names`` come from ``trainable_parameters``.
+        """
+
+    def last_layer_features(
+        self, model: Any, x: Tensor, y: Tensor, loss: str | Callable[..., Any]
+    ) -> tuple[Tensor, Tensor, bool]:
+        """For a model whose output is its last dense layer's (pre-activation) output:
+        penultimate activations ``a`` (B, m), ``delta = d loss / d logits`` (B, K) per example,
+        and whether that layer has a bias. Raises ``UnsupportedLayer`` otherwise."""
+
+    def matmul(self, a: Tensor, b: Tensor, transpose_b: bool = False) -> Tensor:
+        """``a @ b`` (or ``a @ b.T``) on the device."""
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint does not fit the model; the message names the first mismatched key."""
+
+
+class UnsupportedLayer(ValueError):
+    """The model has no final dense layer whose output is the model's output."""

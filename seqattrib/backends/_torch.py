@@ -193,3 +193,132 @@ class TorchBackend:
                 ]
             )
         return grads.movedim(0, 1)
+
+    # ----------------------------------------------------------------- data attribution
+    def get_state(self, model: Any) -> dict[str, np.ndarray]:
+        return {
+            key: value.detach().to("cpu").numpy().copy()
+            for key, value in model.state_dict(keep_vars=True).items()
+        }
+
+    def set_state(self, model: Any, state: dict[str, np.ndarray]) -> None:
+        with torch.no_grad():
+            for key, value in model.state_dict(keep_vars=True).items():
+                value.copy_(torch.from_numpy(state[key]))
+
+    def load_checkpoint(self, model: Any, checkpoint: Any) -> float | None:
+        import os
+        from collections.abc import Mapping
+
+        from ._protocol import CheckpointMismatch
+
+        if isinstance(checkpoint, (str, os.PathLike)):
+            try:
+                state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+            except (OSError, RuntimeError) as exc:  # pickle errors surface as RuntimeError
+                raise CheckpointMismatch(f"torch.load could not read it: {exc}") from exc
+        else:
+            state = checkpoint
+        if not isinstance(state, Mapping):
+            raise CheckpointMismatch(
+                f"it holds a {type(state).__name__}, not a state dict of the model"
+            )
+        own = model.state_dict()
+        for key, tensor in own.items():
+            if key not in state:
+                raise CheckpointMismatch(f"the key {key!r} of the model is missing from it")
+            shape = tuple(getattr(state[key], "shape", ()))
+            if shape != tuple(tensor.shape):
+                raise CheckpointMismatch(
+                    f"{key!r} has shape {shape} in it but {tuple(tensor.shape)} in the model"
+                )
+        for key in state:
+            if key not in own:
+                raise CheckpointMismatch(f"it has the key {key!r}, which the model lacks")
+        model.load_state_dict({key: torch.as_tensor(state[key]) for key in own}, strict=True)
+        return None
+
+    def trainable_parameters(self, model: Any) -> list[tuple[str, tuple[int, ...]]]:
+        return [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
+
+    def per_example_gradients(
+        self,
+        model: Any,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss: str | Callable[..., Any],
+        names: list[str],
+    ) -> torch.Tensor:
+        from torch.func import functional_call, grad, vmap
+
+        own = dict(model.named_parameters())
+        params = {n: own[n].detach() for n in names}
+
+        def one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            out = _as_2d(functional_call(model, p, (xi[None],)), None).float()
+            return _loss_values(loss, out, yi[None]).sum()
+
+        try:
+            with torch.enable_grad():
+                grads = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
+        except torch.OutOfMemoryError as exc:
+            raise OutOfDeviceMemory(str(exc)) from exc
+        return torch.cat([grads[n].reshape(x.shape[0], -1) for n in names], dim=1)
+
+    def last_layer_features(
+        self, model: Any, x: torch.Tensor, y: torch.Tensor, loss: str | Callable[..., Any]
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        from torch.func import grad, vmap
+
+        from ._protocol import UnsupportedLayer
+
+        layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        if not layers:
+            raise UnsupportedLayer("the model has no torch.nn.Linear layer")
+        layer = layers[-1]
+        seen: dict[str, torch.Tensor] = {}
+
+        def capture(module: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+            seen["a"], seen["z"] = inputs[0], output
+
+        handle = layer.register_forward_hook(capture)
+        try:
+            with torch.no_grad():
+                out = model(x)
+        finally:
+            handle.remove()
+        if "a" not in seen or seen["z"] is not out:
+            raise UnsupportedLayer(
+                "the output of its last torch.nn.Linear layer is not the model's output"
+            )
+        if seen["a"].ndim != 2:
+            raise UnsupportedLayer(
+                f"its last torch.nn.Linear layer sees inputs of shape {tuple(seen['a'].shape)}, "
+                "not (batch, features)"
+            )
+
+        def one(zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            return _loss_values(loss, zi[None], yi[None]).sum()
+
+        with torch.enable_grad():
+            delta = vmap(grad(one))(out.detach().float(), y)
+        return seen["a"].detach().float(), delta, layer.bias is not None
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor, transpose_b: bool = False) -> torch.Tensor:
+        return a @ (b.T if transpose_b else b)
+
+
+def _loss_values(
+    loss: str | Callable[..., Any], out: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """Per-example losses (B,) of (B, K) outputs; see ``Backend.per_example_gradients``."""
+    functional = torch.nn.functional
+    if loss == "cross_entropy":
+        return functional.cross_entropy(out, y, reduction="none")
+    if loss == "bce":
+        target = y.reshape(out.shape).to(out.dtype)
+        return functional.binary_cross_entropy_with_logits(out, target, reduction="none").mean(1)
+    if loss == "mse":
+        return ((out - y.reshape(out.shape).to(out.dtype)) ** 2).mean(1)
+    assert callable(loss)
+    return loss(out, y)

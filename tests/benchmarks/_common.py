@@ -1,0 +1,209 @@
+"""Shared pieces of the benchmark scripts: timing, the results table, the machine description.
+
+Benchmarks are scripts, not tests: they print one markdown table of ratios measured in one run.
+Every ratio compares variants timed back to back in the same process, each warmed up once
+before timing, reported as the median over repeats.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so stdout holds only the report."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- timing
+@dataclass
+class Variant:
+    """One side of a comparison: ``run`` is timed, ``warm`` (default: ``run``) warms it up."""
+
+    name: str
+    run: Callable[[], Any]
+    warm: Callable[[], Any] | None = None
+    sync: Callable[[], None] | None = None
+
+
+def time_once(fn: Callable[[], Any], sync: Callable[[], None] | None = None) -> float:
+    """Wall-clock seconds of one call (after waiting for queued device work, when given)."""
+    start = time.perf_counter()
+    fn()
+    if sync is not None:
+        sync()
+    return time.perf_counter() - start
+
+
+def interleaved(variants: list[Variant], repeats: int) -> dict[str, float]:
+    """Warm every variant once, then time them in turn ``repeats`` times; medians by name."""
+    for v in variants:
+        log(f"  warm-up {v.name}")
+        time_once(v.warm or v.run, v.sync)
+    times: dict[str, list[float]] = {v.name: [] for v in variants}
+    for r in range(repeats):
+        for v in variants:
+            seconds = time_once(v.run, v.sync)
+            times[v.name].append(seconds)
+            log(f"  repeat {r + 1}/{repeats} {v.name}: {seconds:.2f} s")
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+# --------------------------------------------------------------------------- the table
+@dataclass
+class Row:
+    model: str
+    backend: str
+    comparison: str
+    settings: str
+    ours: str
+    theirs: str
+    ratio: float | None
+    target: str
+    met: str
+
+    @classmethod
+    def ratio_row(
+        cls,
+        model: str,
+        backend: str,
+        comparison: str,
+        settings: str,
+        ours: float,
+        theirs: float,
+        ratio: float,
+        target: str,
+    ) -> Row:
+        """A row of two times whose ratio is checked against ``target`` (e.g. "≤ 1.10")."""
+        return cls(
+            model,
+            backend,
+            comparison,
+            settings,
+            f"{ours:.2f}",
+            f"{theirs:.2f}",
+            ratio,
+            target,
+            meets(ratio, target),
+        )
+
+
+def meets(value: float, target: str) -> str:
+    """'yes' / 'no' for targets written "≤ x", "≥ x", "< x", "> x" or "= x"; '—' otherwise."""
+    text = target.replace("×", "").strip()
+    for op, test in (
+        ("≤", lambda a, b: a <= b),
+        ("≥", lambda a, b: a >= b),
+        ("<", lambda a, b: a < b),
+        (">", lambda a, b: a > b),
+        ("=", lambda a, b: a == b),
+    ):
+        if text.startswith(op):
+            return "yes" if test(value, float(text[len(op) :])) else "**no**"
+    return "—"
+
+
+def markdown_table(rows: list[Row]) -> str:
+    header = (
+        "model",
+        "backend",
+        "comparison",
+        "settings",
+        "ours (s)",
+        "theirs (s)",
+        "ratio",
+        "target",
+        "met?",
+    )
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        ratio = "—" if r.ratio is None else f"{r.ratio:.2f}"
+        cells = (
+            r.model,
+            r.backend,
+            r.comparison,
+            r.settings,
+            r.ours,
+            r.theirs,
+            ratio,
+            r.target,
+            r.met,
+        )
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the machine
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _git_state() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes" if dirty else "")
+
+
+def machine_description(frameworks: dict[str, Any]) -> list[str]:
+    """Lines naming the command, the machine and the library versions."""
+    import numpy as np
+
+    import seqattrib
+
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    versions = [f"numpy {np.__version__}", f"seqattrib {seqattrib.__version__}"]
+    versions += [f"{name} {getattr(mod, '__version__', '?')}" for name, mod in frameworks.items()]
+    lines = [
+        "command: " + shlex.join([Path(sys.executable).name, *sys.argv]),
+        f"machine: {_cpu_model()}, {os.cpu_count()} CPUs"
+        + (f" ({affinity} usable)" if affinity is not None else "")
+        + f", Python {platform.python_version()}, {platform.system()} {platform.release()}",
+        "versions: " + ", ".join(versions),
+        f"package: {Path(seqattrib.__file__).parent} (git {_git_state()})",
+        f"load average at start (1/5/15 min): {load_average()}",
+    ]
+    torch = frameworks.get("torch")
+    if torch is not None:
+        lines.append(f"torch threads: {torch.get_num_threads()} (default, unchanged)")
+    return lines
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (noise from other processes shows up here)."""
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
