@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def log(message: str) -> None:
     """Progress on stderr, so stdout holds only the report."""
@@ -156,18 +154,18 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _git_state() -> str:
+def _git_state(repo: Path) -> str:
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
+            cwd=repo,
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
+            cwd=repo,
             capture_output=True,
             text=True,
             check=True,
@@ -183,6 +181,7 @@ def machine_description(frameworks: dict[str, Any]) -> list[str]:
 
     import seqattrib
 
+    package = Path(seqattrib.__file__).resolve().parent
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     versions = [f"numpy {np.__version__}", f"seqattrib {seqattrib.__version__}"]
     versions += [f"{name} {getattr(mod, '__version__', '?')}" for name, mod in frameworks.items()]
@@ -192,7 +191,7 @@ def machine_description(frameworks: dict[str, Any]) -> list[str]:
         + (f" ({affinity} usable)" if affinity is not None else "")
         + f", Python {platform.python_version()}, {platform.system()} {platform.release()}",
         "versions: " + ", ".join(versions),
-        f"package: {Path(seqattrib.__file__).parent} (git {_git_state()})",
+        f"package: {package} (git {_git_state(package.parent)})",
         f"load average at start (1/5/15 min): {load_average()}",
     ]
     torch = frameworks.get("torch")
