@@ -69,16 +69,27 @@ class TensorFlowBackend:
     """Primitives for Keras 3 (TensorFlow backend) models, ``tf.Module`` and callables."""
 
     name = "tensorflow"
+    #: Run the K vector-Jacobian products as one batch Jacobian on CPUs too (tests use it).
+    vectorise_on_cpu = False
 
     def __init__(self) -> None:
         self.transfers = TransferStats()
+        #: On a CPU the K vector-Jacobian products run one after another (see the torch
+        #: backend): a vectorised K x rows backward falls out of the cache.
+        self._on_cpu = True
         self._compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
     @contextmanager
     def session(self, model: Any, device: Any) -> Iterator[str | None]:
         name = _tf_device(device)
-        with tf.device(name) if name else nullcontext():
-            yield name
+        previous = self._on_cpu
+        gpus = tf.config.list_logical_devices("GPU")
+        self._on_cpu = not gpus or (name is not None and "CPU" in name.upper())
+        try:
+            with tf.device(name) if name else nullcontext():
+                yield name
+        finally:
+            self._on_cpu = previous
 
     def describe(self, model: Any) -> str:
         variables = getattr(model, "trainable_variables", None) or getattr(model, "variables", [])
@@ -161,7 +172,8 @@ class TensorFlowBackend:
     ) -> tuple[tf.Tensor, tf.Tensor]:
         fns = self._functions(model, output_fn)
         k = len(targets)
-        loop = fns.get("no_pfor", False) and k > 1
+        sequential = self._on_cpu and not self.vectorise_on_cpu
+        loop = (fns.get("no_pfor", False) or sequential) and k > 1
         key = ("grad_loop", k) if loop else ("grad", k == 1)
         if key not in fns:
             fns[key] = self._gradient_function(model, output_fn, k=k, pfor=not loop)

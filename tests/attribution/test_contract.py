@@ -121,3 +121,14 @@ def test_dropout_is_off_during_attribution(conv_weights):
     X = random_one_hot(3, LENGTH, layout="NCL")
     assert_close(sa.saliency(model, X), sa.saliency(base, X), FLOAT32)
     assert model.training
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_vectorised_backward_equals_sequential_passes(framework, conv_weights, monkeypatch):
+    """GPUs run the K backward passes as one vmapped / batch-Jacobian pass, CPUs one by one."""
+    model = make_model(framework, "convnet", conv_weights, "NLC")
+    X = random_one_hot(4, LENGTH, seed=9)
+    sequential = sa.integrated_gradients(model, X, target=[0, 1, 2], n_steps=4, batch_size=7)
+    monkeypatch.setattr(type(sa.get_backend(model)), "vectorise_on_cpu", True)
+    vectorised = sa.integrated_gradients(model, X, target=[0, 1, 2], n_steps=4, batch_size=7)
+    assert_close(vectorised, sequential, FLOAT32)

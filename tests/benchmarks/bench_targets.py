@@ -1,0 +1,67 @@
+"""K targets from one call: K=5 ÷ K=1 time, with the K backward passes run one after another
+(the CPU default) or as one vectorised pass (the accelerator default).
+
+    python tests/benchmarks/bench_targets.py [--n-sequences 8]
+
+BPNet-like model (L=1000, 5 outputs), IG with 25 steps, batch_size=128, both backends; the
+minimum of 2 timed calls after a warm-up, all in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent)]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import models  # noqa: E402
+import torch  # noqa: E402,F401  (torch before TensorFlow)
+
+import seqattrib as sa  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-sequences", type=int, default=8)
+    args = parser.parse_args()
+    weights = models.bpnet_weights()
+    print(f"command: python {' '.join(sys.argv)}")
+    print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+    print("\n| backend | K=1 (s) | K=5 sequential (s) | ratio | K=5 vectorised (s) | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for framework in ("torch", "tensorflow"):
+        if framework == "torch":
+            model = models.torch_model("bpnet", weights, "NCL")
+            X = models.random_one_hot(args.n_sequences, 1000, layout="NCL")
+        else:
+            model = models.keras_model("bpnet", weights, 1000, "NLC")
+            X = models.random_one_hot(args.n_sequences, 1000)
+        backend = type(sa.get_backend(model))
+
+        def run(target: object, model: object = model, X: object = X) -> float:
+            tick = time.perf_counter()
+            sa.integrated_gradients(model, X, target=target, batch_size=128)
+            return time.perf_counter() - tick
+
+        times = {}
+        for vectorise in (False, True):
+            backend.vectorise_on_cpu = vectorise
+            run(0)
+            run([0, 1, 2, 3, 4])
+            times[vectorise] = min(run([0, 1, 2, 3, 4]) for _ in range(2))
+        backend.vectorise_on_cpu = False
+        one = min(run(0) for _ in range(2))
+        print(
+            f"| {framework} | {one:.2f} | {times[False]:.2f} | {times[False] / one:.2f} | "
+            f"{times[True]:.2f} | {times[True] / one:.2f} |"
+        )
+    print("\ntarget K=5 ÷ K=1 <= 2.5")
+
+
+if __name__ == "__main__":
+    main()
