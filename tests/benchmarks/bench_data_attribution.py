@@ -97,7 +97,7 @@ def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(X), y.astype(np.int64)
 
 
-def torch_model() -> Any:
+def torch_model(device: str = "cpu") -> Any:
     import torch
 
     class SmallCNN(torch.nn.Module):
@@ -112,7 +112,7 @@ def torch_model() -> Any:
             return self.dense(torch.relu(self.conv2(h)).mean(dim=-1))
 
     torch.manual_seed(0)
-    return SmallCNN().eval()
+    return SmallCNN().eval().to(device)
 
 
 def keras_model() -> Any:
@@ -128,7 +128,7 @@ def keras_model() -> Any:
 
 def keras_weights(state: dict[str, Any]) -> list[np.ndarray]:
     """A torch state dict of ``torch_model`` in ``keras_model().get_weights()`` order."""
-    w = {k: v.detach().numpy() for k, v in state.items()}
+    w = {k: v.detach().cpu().numpy() for k, v in state.items()}
     return [
         w["conv1.weight"].transpose(2, 1, 0),
         w["conv1.bias"],
@@ -172,10 +172,12 @@ def captum_exact(model: Any, paths: list[str], data: Any, batch_size: int) -> np
     from torch.utils.data import TensorDataset
 
     (X, y), (Xt, yt) = data
-    dataset = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+    device = next(model.parameters()).device
+    dataset = TensorDataset(torch.from_numpy(X).to(device), torch.from_numpy(y).to(device))
     loss = torch.nn.CrossEntropyLoss(reduction="none")
     tracin = TracInCP(model, dataset, paths, loss_fn=loss, batch_size=batch_size)
-    return tracin.influence((torch.from_numpy(Xt), torch.from_numpy(yt))).detach().numpy()
+    test = (torch.from_numpy(Xt).to(device), torch.from_numpy(yt).to(device))
+    return tracin.influence(test).detach().cpu().numpy()
 
 
 def captum_fast(model: Any, paths: list[str], data: Any, batch_size: int) -> np.ndarray:
@@ -184,10 +186,12 @@ def captum_fast(model: Any, paths: list[str], data: Any, batch_size: int) -> np.
     from torch.utils.data import TensorDataset
 
     (X, y), (Xt, yt) = data
-    dataset = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+    device = next(model.parameters()).device
+    dataset = TensorDataset(torch.from_numpy(X).to(device), torch.from_numpy(y).to(device))
     loss = torch.nn.CrossEntropyLoss(reduction="sum")
     tracin = TracInCPFast(model, model.dense, dataset, paths, loss_fn=loss, batch_size=batch_size)
-    return tracin.influence((torch.from_numpy(Xt), torch.from_numpy(yt))).detach().numpy()
+    test = (torch.from_numpy(Xt).to(device), torch.from_numpy(yt).to(device))
+    return tracin.influence(test).detach().cpu().numpy()
 
 
 def run_variant(name: str, model: Any, checkpoints: list[Any], data: Any, batch: int) -> Any:
@@ -288,6 +292,11 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="torch (and TensorFlow) intra-op threads for both sides (default: unchanged)",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of the model, ours and captum alike (cuda: no peak-RSS rows)",
+    )
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_probe:
@@ -326,7 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         log("training the checkpoints")
         paths = train_checkpoints(Path(folder), *train)
-        model = torch_model()
+        model = torch_model(args.device)
+        header.append(f"device: {args.device}")
 
         log("exact TracIn: captum's batch size")
         best, probe_times = best_batch("captum", CAPTUM_BATCHES, model, paths, probe)
@@ -409,10 +419,14 @@ def main(argv: list[str] | None = None) -> None:
         log("peak memory")
         memory = {}
         for name, batch in (
-            ("ours", 0),
-            ("captum", best),
-            ("ours_last", 0),
-            ("captum_fast", best_fast),
+            ()
+            if args.device != "cpu"
+            else (
+                ("ours", 0),
+                ("captum", best),
+                ("ours_last", 0),
+                ("captum_fast", best_fast),
+            )
         ):
             spec = {
                 "name": name,
@@ -423,10 +437,14 @@ def main(argv: list[str] | None = None) -> None:
                 "threads": args.threads,
             }
             memory[name] = peak_memory(spec)
-        method = memory["ours"][1]
+        method = memory["ours"][1] if memory else "not measured off the CPU (host RSS only)"
         for label, mine, theirs in (
-            ("exact, captum TracInCP vs ours", "ours", "captum"),
-            ("last layer, captum TracInCPFast vs ours", "ours_last", "captum_fast"),
+            ()
+            if not memory
+            else (
+                ("exact, captum TracInCP vs ours", "ours", "captum"),
+                ("last layer, captum TracInCPFast vs ours", "ours_last", "captum_fast"),
+            )
         ):
             m_ours, m_theirs = memory[mine][0], memory[theirs][0]
             rows.append(
