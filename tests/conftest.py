@@ -20,12 +20,15 @@ torch.backends.cudnn.allow_tf32 = False
 # The toy models are tiny: one thread per framework is as fast, and steady on a busy machine.
 torch.set_num_threads(1)
 
-import tensorflow as tf  # noqa: E402
-
-tf.config.experimental.enable_tensor_float_32_execution(False)
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
-tf.get_logger().setLevel("ERROR")
+try:  # every CI and dev install has TensorFlow; a GPU box with torch alone runs test_gpu.py
+    import tensorflow as tf  # noqa: E402
+except ImportError:  # pragma: no cover
+    tf = None
+if tf is not None:
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.get_logger().setLevel("ERROR")
 
 import models  # noqa: E402
 

@@ -71,6 +71,8 @@ class TensorFlowBackend:
     name = "tensorflow"
     #: Run the K vector-Jacobian products as one batch Jacobian on CPUs too (tests use it).
     vectorise_on_cpu = False
+    #: ... and on accelerators (the default there; benchmarks switch it off to compare).
+    vectorise_on_accelerator = True
 
     def __init__(self) -> None:
         self.transfers = TransferStats()
@@ -172,7 +174,7 @@ class TensorFlowBackend:
     ) -> tuple[tf.Tensor, tf.Tensor]:
         fns = self._functions(model, output_fn)
         k = len(targets)
-        sequential = self._on_cpu and not self.vectorise_on_cpu
+        sequential = not (self.vectorise_on_cpu if self._on_cpu else self.vectorise_on_accelerator)
         loop = (fns.get("no_pfor", False) or sequential) and k > 1
         key = ("grad_loop", k) if loop else ("grad", k == 1)
         if key not in fns:

@@ -47,6 +47,8 @@ class TorchBackend:
     name = "torch"
     #: Run the K vector-Jacobian products as one vmapped backward on CPUs too (tests use it).
     vectorise_on_cpu = False
+    #: ... and on accelerators (the default there; benchmarks switch it off to compare).
+    vectorise_on_accelerator = True
 
     def __init__(self) -> None:
         self.transfers = TransferStats()
@@ -183,7 +185,8 @@ class TorchBackend:
         over K x rows falls out of the cache (measured: BPNet-like, 128 rows, K=5 cost 5.4x one
         target vmapped, 3.5x as K passes), so there the K passes run one after another.
         """
-        if selected.device.type != "cpu" or self.vectorise_on_cpu:
+        on_cpu = selected.device.type == "cpu"
+        if self.vectorise_on_cpu if on_cpu else self.vectorise_on_accelerator:
             eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
             basis = eye[:, None, :].expand(k, selected.shape[0], k)
             try:

@@ -20,6 +20,7 @@ Rows, per model and backend:
 5. device-to-host bytes per sequence, counted by the backend, vs K·L·4·4;
 6. ``batch_size="auto"`` (probe included, and cached) ÷ our best fixed batch size.
 
+``--device cuda`` uses a larger plan (``GPU``: 256-1024 IG and 16-32 EIG sequences, 3 repeats).
 ``--quick`` (tiny N, 2 baselines per EIG sequence, one repeat) is a smoke test, not a
 measurement. Timings are wall-clock on a shared machine: the load average is printed before and
 after.
@@ -110,6 +111,19 @@ QUICK = Plan(
     eig_loop_chunks=(26,),
     warm_ig=6,
     warm_captum=4,
+)
+#: --device cuda: more sequences (a GPU runs the CPU plan's work in milliseconds), more repeats,
+#: larger fixed batch sizes and loop chunks to try.
+GPU = Plan(
+    sizes={
+        "bpnet": Sizes(ig=256, eig=16, captum=256),
+        "crested": Sizes(ig=1024, eig=32, captum=256),
+    },
+    repeats=3,
+    n_baselines=N_BASELINES,
+    fixed_sizes=(32, 128, 512, 2048, 8192),
+    ig_loop_chunks=(13,),
+    eig_loop_chunks=(26, 64, 128, 256),
 )
 LENGTHS = {"bpnet": 1000, "crested": 500}
 LABELS = {"bpnet": "BPNet-like (L=1000)", "crested": "CREsted-like (L=500)"}
@@ -767,7 +781,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--backends must name torch and/or tensorflow, got {args.backends!r}")
     if not kinds or set(kinds) - set(LENGTHS):
         parser.error(f"--models must name bpnet and/or crested, got {args.models!r}")
-    plan = QUICK if args.quick else FULL
+    plan = QUICK if args.quick else GPU if args.device == "cuda" else FULL
     if args.repeats is not None:
         plan = dataclasses.replace(plan, repeats=args.repeats)
 

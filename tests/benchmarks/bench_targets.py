@@ -1,7 +1,8 @@
 """K targets from one call: K=5 ÷ K=1 time, with the K backward passes run one after another
 (the CPU default) or as one vectorised pass (the accelerator default).
 
-    python tests/benchmarks/bench_targets.py [--n-sequences 8]
+    python tests/benchmarks/bench_targets.py [--n-sequences 8] [--device cuda --backends torch]
+        [--batch-size 128]
 
 BPNet-like model (L=1000, 5 outputs), IG with 25 steps, batch_size=128, both backends; the
 minimum of 2 timed calls after a warm-up, all in this run.
@@ -28,13 +29,18 @@ import seqattrib as sa  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-sequences", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (torch only off the CPU)")
+    parser.add_argument("--backends", default="torch,tensorflow")
+    parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args()
+    frameworks = [b for b in ("torch", "tensorflow") if b in args.backends.split(",")]
     weights = models.bpnet_weights()
     print(f"command: python {' '.join(sys.argv)}")
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+    print(f"device: {args.device}; batch_size={args.batch_size}; N={args.n_sequences}")
     print("\n| backend | K=1 (s) | K=5 sequential (s) | ratio | K=5 vectorised (s) | ratio |")
     print("|---|---:|---:|---:|---:|---:|")
-    for framework in ("torch", "tensorflow"):
+    for framework in frameworks:
         if framework == "torch":
             model = models.torch_model("bpnet", weights, "NCL")
             X = models.random_one_hot(args.n_sequences, 1000, layout="NCL")
@@ -45,16 +51,19 @@ def main() -> None:
 
         def run(target: object, model: object = model, X: object = X) -> float:
             tick = time.perf_counter()
-            sa.integrated_gradients(model, X, target=target, batch_size=128)
+            out = sa.integrated_gradients(
+                model, X, target=target, batch_size=args.batch_size, device=args.device
+            )
+            assert out.shape[0] == len(X)  # numpy on the host: the device work has finished
             return time.perf_counter() - tick
 
         times = {}
         for vectorise in (False, True):
-            backend.vectorise_on_cpu = vectorise
+            backend.vectorise_on_cpu = backend.vectorise_on_accelerator = vectorise
             run(0)
             run([0, 1, 2, 3, 4])
             times[vectorise] = min(run([0, 1, 2, 3, 4]) for _ in range(2))
-        backend.vectorise_on_cpu = False
+        backend.vectorise_on_cpu, backend.vectorise_on_accelerator = False, True
         one = min(run(0) for _ in range(2))
         print(
             f"| {framework} | {one:.2f} | {times[False]:.2f} | {times[False] / one:.2f} | "

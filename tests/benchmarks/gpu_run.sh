@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The GPU checks, as one script for a borrowed CUDA machine that has torch but may lack captum
+# (carry its wheel in .whl/) and TensorFlow (its rows are skipped: --backends torch).
+#   bash tests/benchmarks/gpu_run.sh [OUTPUT_DIR]
+# Runs tests/test_gpu.py (CUDA vs CPU equality) and the torch GPU benchmarks; logs to OUTPUT_DIR.
+set -o pipefail
+out=${1:-${OUT:-/tmp/seqattrib-gpu}}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH" || exit 1
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+status=0
+run() {  # run NAME SECONDS COMMAND...: log to $out/NAME.log, remember a failure
+    local name=$1 seconds=$2
+    shift 2
+    echo "=== $name: $*"
+    timeout "$seconds" "$@" 2>&1 | tee "$out/$name.log" || status=1
+}
+run gpu_tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py
+run bench_targets 60 python3 tests/benchmarks/bench_targets.py --device cuda --backends torch \
+    --n-sequences 64 --batch-size 1024
+run bench_data_attribution 120 python3 tests/benchmarks/bench_data_attribution.py \
+    --backends torch --device cuda
+run bench_gradients 280 python3 tests/benchmarks/bench_gradients.py --device cuda --backends torch
+exit $status
