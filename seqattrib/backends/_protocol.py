@@ -117,7 +117,14 @@ class Backend(Protocol):
 
         ``loss`` is ``"cross_entropy"`` (``y`` int class labels), ``"bce"`` (logits against
         labels in [0, 1], mean over outputs), ``"mse"`` (mean over outputs) or a framework-native
-        callable ``loss(outputs, y) -> (B,)``. ``names`` come from ``trainable_parameters``.
+        callable ``loss(outputs, y) -> (B,)``; or one of TRAK's model output functions:
+        ``"trak_margin"`` (``y`` int labels: log p_y / (1 - p_y) of the softmax, i.e.
+        ``z_y - logsumexp_{k != y} z_k``), ``"trak_binary"`` (one logit, ``y`` in {0, 1}:
+        ``(2y - 1) z``), ``"trak_regression"`` (one output: the prediction ``z``). ``names`` come
+        from ``trainable_parameters``. Each parameter is flattened in the Keras layout
+        (a torch convolution's (out, in, *kernel) weight as (*kernel, in, out), a linear
+        layer's (out, in) as (in, out)), so the same weights give the same vector, hence the
+        same random projection, in both frameworks.
         """
 
     def last_layer_features(

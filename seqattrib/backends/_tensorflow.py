@@ -415,7 +415,18 @@ def _keras_last_layer(model: Any) -> tuple[Any, bool]:
 
 
 def _tf_loss_values(loss: str | Callable[..., Any], out: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    """Per-example losses (B,) of (B, K) outputs; see ``Backend.per_example_gradients``."""
+    """Per-example losses (B,) of (B, K) outputs, or TRAK's model output functions; see
+    ``Backend.per_example_gradients``."""
+    if loss == "trak_margin":  # log p_y / (1 - p_y) = z_y - logsumexp_{k != y} z_k
+        mask = tf.one_hot(y, tf.shape(out)[1], on_value=True, off_value=False, dtype=tf.bool)
+        correct = tf.reduce_sum(tf.where(mask, out, tf.zeros_like(out)), axis=1)
+        others = tf.where(mask, tf.fill(tf.shape(out), tf.constant(-np.inf, out.dtype)), out)
+        return correct - tf.reduce_logsumexp(others, axis=1)
+    if loss == "trak_binary":  # (2y - 1) * logit
+        sign = 2 * tf.cast(tf.reshape(y, tf.shape(out)), out.dtype) - 1
+        return sign[:, 0] * out[:, 0]
+    if loss == "trak_regression":
+        return out[:, 0]
     if loss == "cross_entropy":
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
     if loss == "bce":

@@ -275,7 +275,9 @@ class TorchBackend:
                 grads = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
         except torch.OutOfMemoryError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
-        return torch.cat([grads[n].reshape(x.shape[0], -1) for n in names], dim=1)
+        axes = _keras_axes(model)
+        rows = x.shape[0]
+        return torch.cat([_flat(grads[n], axes.get(n), rows) for n in names], dim=1)
 
     def last_layer_features(
         self, model: Any, x: torch.Tensor, y: torch.Tensor, loss: str | Callable[..., Any]
@@ -320,11 +322,50 @@ class TorchBackend:
         return a @ (b.T if transpose_b else b)
 
 
+_TRANSPOSED = (
+    torch.nn.Linear,
+    torch.nn.Conv1d,
+    torch.nn.Conv2d,
+    torch.nn.Conv3d,
+    torch.nn.ConvTranspose1d,
+    torch.nn.ConvTranspose2d,
+    torch.nn.ConvTranspose3d,
+)
+
+
+def _keras_axes(model: Any) -> dict[str, tuple[int, ...]]:
+    """Axis orders that put torch weights in Keras' layout: a convolution's (out, in, *kernel)
+    becomes (*kernel, in, out) (transposed: (in, out, *kernel) -> (*kernel, out, in)), a
+    linear layer's (out, in) becomes (in, out). Other parameters keep their layout."""
+    axes = {}
+    for prefix, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, _TRANSPOSED) and isinstance(weight, torch.nn.Parameter):
+            axes[f"{prefix}.weight" if prefix else "weight"] = (*range(2, weight.ndim), 1, 0)
+    return axes
+
+
+def _flat(grads: torch.Tensor, axes: tuple[int, ...] | None, rows: int) -> torch.Tensor:
+    """(B, *shape) per-example gradients of one parameter -> (B, size), Keras layout."""
+    if axes is not None:
+        grads = grads.permute(0, *(1 + a for a in axes))
+    return grads.reshape(rows, -1)
+
+
 def _loss_values(
     loss: str | Callable[..., Any], out: torch.Tensor, y: torch.Tensor
 ) -> torch.Tensor:
-    """Per-example losses (B,) of (B, K) outputs; see ``Backend.per_example_gradients``."""
+    """Per-example losses (B,) of (B, K) outputs, or TRAK's model output functions; see
+    ``Backend.per_example_gradients``."""
     functional = torch.nn.functional
+    if loss == "trak_margin":  # log p_y / (1 - p_y) = z_y - logsumexp_{k != y} z_k
+        mask = torch.arange(out.shape[1], device=out.device) == y[:, None]
+        correct = (out * mask).sum(1)
+        return correct - out.masked_fill(mask, float("-inf")).logsumexp(1)
+    if loss == "trak_binary":  # (2y - 1) * logit
+        return (2 * y.reshape(out.shape).to(out.dtype) - 1)[:, 0] * out[:, 0]
+    if loss == "trak_regression":
+        return out[:, 0]
     if loss == "cross_entropy":
         return functional.cross_entropy(out, y, reduction="none")
     if loss == "bce":

@@ -265,4 +265,11 @@ def test_per_example_gradients_primitive_matches_autograd(weights, states, train
     grads = backend.per_example_gradients(
         model, torch.from_numpy(X), torch.from_numpy(y), "cross_entropy", names
     )
-    assert_close(grads.numpy(), per_example_gradients(model, X, y), FLOAT32)
+    # Each parameter comes flattened in the Keras layout: the convolutions' (out, in, width)
+    # and the dense layer's (out, in) weights with their axes reversed, biases as they are.
+    columns, offset = [], 0
+    for p in model.parameters():
+        columns.append(offset + np.arange(p.numel()).reshape(p.shape).T.ravel())
+        offset += p.numel()
+    reference = per_example_gradients(model, X, y)[:, np.concatenate(columns)]
+    assert_close(grads.numpy(), reference, FLOAT32)
