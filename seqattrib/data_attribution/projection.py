@@ -1,9 +1,11 @@
 """Seeded random projections, drawn with NumPy so every backend projects with the same matrix.
 
-A Gaussian (Johnson-Lindenstrauss) projection ``R^n -> R^d`` with entries ``N(0, 1/d)`` keeps
-inner products in expectation: ``E <P g1, P g2> = <g1, g2>``. The matrix is drawn in blocks of
-rows, block ``j`` from the seed sequence ``(seed, j)``, so it depends only on ``(n, d, seed)``
-and never on how the caller chunks its work.
+A random projection ``R^n -> R^d`` with independent entries of mean 0 and variance ``1/d`` keeps
+inner products in expectation: ``E <P g1, P g2> = <g1, g2>`` (Johnson-Lindenstrauss). Two kinds:
+Gaussian entries ``N(0, 1/d)`` (the default) and Rademacher entries ``+-1/sqrt(d)`` (cheaper to
+draw: one random bit each). The matrix is drawn in blocks of rows, block ``j`` from the seed
+sequence ``(seed, j)``, so it depends only on ``(n, d, seed, kind)`` and never on how the caller
+chunks its work.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import numpy as np
 
 #: Rows of the projection matrix drawn per NumPy call (part of the matrix's definition).
 BLOCK_ROWS = 4096
+KINDS = ("gaussian", "rademacher")
 
 
 class RandomProjection:
-    """A seeded Gaussian projection of ``n_features``-vectors to ``proj_dim`` dimensions.
+    """A seeded Gaussian or Rademacher projection of ``n_features``-vectors to ``proj_dim``.
 
     Parameters
     ----------
@@ -26,25 +29,49 @@ class RandomProjection:
     proj_dim : int
         Output dimension ``d``.
     seed : int
-        Seed; the same ``(n_features, proj_dim, seed)`` always gives the same matrix.
+        Seed; the same ``(n_features, proj_dim, seed, kind)`` always gives the same matrix.
+    kind : {"gaussian", "rademacher"}
+        Entries ``N(0, 1/d)`` or ``+-1/sqrt(d)`` with probability 1/2 each.
     """
 
-    def __init__(self, n_features: int, proj_dim: int, seed: int) -> None:
+    def __init__(self, n_features: int, proj_dim: int, seed: int, kind: str = "gaussian") -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.n_features, self.proj_dim, self.seed = int(n_features), int(proj_dim), int(seed)
+        self.kind = kind
 
     @property
     def nbytes(self) -> int:
         """Size of the float32 matrix."""
         return self.n_features * self.proj_dim * 4
 
+    def block(self, j: int) -> np.ndarray:
+        """Rows ``j * BLOCK_ROWS`` up to ``(j + 1) * BLOCK_ROWS`` (fewer in the last block)."""
+        start = j * BLOCK_ROWS
+        rows = min(start + BLOCK_ROWS, self.n_features) - start
+        scale = np.float32(1.0 / np.sqrt(self.proj_dim))
+        rng = np.random.default_rng([self.seed, j])
+        if self.kind == "gaussian":
+            return rng.standard_normal((rows, self.proj_dim), dtype=np.float32) * scale
+        size = rows * self.proj_dim
+        bits = np.unpackbits(np.frombuffer(rng.bytes(-(-size // 8)), np.uint8), count=size)
+        signs = np.float32(2) * bits.astype(np.float32) - np.float32(1)
+        return (signs * scale).reshape(rows, self.proj_dim)
+
     def blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
         """``(start, stop, rows)``: the matrix in row blocks, rows of shape (stop - start, d)."""
-        scale = np.float32(1.0 / np.sqrt(self.proj_dim))
         for j, start in enumerate(range(0, self.n_features, BLOCK_ROWS)):
-            stop = min(start + BLOCK_ROWS, self.n_features)
-            rng = np.random.default_rng([self.seed, j])
-            rows = rng.standard_normal((stop - start, self.proj_dim), dtype=np.float32)
-            yield start, stop, rows * scale
+            rows = self.block(j)
+            yield start, start + rows.shape[0], rows
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of the matrix (``start`` a multiple of ``BLOCK_ROWS``)."""
+        if start % BLOCK_ROWS:
+            raise ValueError(f"start must be a multiple of {BLOCK_ROWS}, got {start}")
+        stop = min(stop, self.n_features)
+        parts = [self.block(j) for j in range(start // BLOCK_ROWS, -(-stop // BLOCK_ROWS))]
+        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return out[: stop - start]
 
     def matrix(self) -> np.ndarray:
         """The whole matrix, shape (n_features, proj_dim), float32."""

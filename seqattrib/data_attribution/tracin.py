@@ -24,44 +24,21 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import (
-    SequenceSource,
-    as_source,
-    check_batch_size,
-    check_positive_int,
-    resolve_seed,
-)
+from .._validation import SequenceSource, check_batch_size, check_positive_int, resolve_seed
 from ..backends import Backend, get_backend
 from ..backends._protocol import UnsupportedLayer
+from ._common import HOST_BLOCK as _HOST_BLOCK
+from ._common import GradientPlan as _Plan
+from ._common import Labels as _Labels
+from ._common import checked_source as _source
+from ._common import gradient_plan, label_array, n_outputs
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .projection import RandomProjection
 
 Tensor = Any
 _LOSSES = ("cross_entropy", "bce", "mse")
-#: Training rows per host-side block in the last-layer and projected products and checks.
-_HOST_BLOCK = 8192
-#: batch_size="auto": one batch of flattened float32 gradients within this many bytes...
-_AUTO_BYTES = 64 * 2**20
-#: ... and between these many rows (a 6.7k-parameter CNN on 200 bp, one CPU thread, ran fastest
-#: at 128 rows, about 1.1x slower at 64 and at 256; peak memory grows with the rows) ...
-_AUTO_MIN_ROWS, _AUTO_MAX_ROWS = 8, 128
-#: ... and for layer="last" (forward passes only).
+#: batch_size="auto" for layer="last" (forward passes only; see ``_common`` for the others).
 _AUTO_LAST_LAYER_ROWS = 256
-
-
-@dataclass
-class _Labels:
-    values: np.ndarray
-    dtype: str  # backend dtype of the device copy
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What ``fit`` settles for every later call: the parameters traced and the batch size."""
-
-    names: list[str]  # trainable parameters (empty with layer="last")
-    n_params: int
-    rows: int  # examples per device batch
 
 
 @dataclass
@@ -363,25 +340,10 @@ class TracIn:
         return self._fitted
 
     def _plan(self, func: str) -> _Plan:
-        """The trainable parameters (read outside the session: the torch session switches
-        ``requires_grad`` off) and the batch size (``"auto"`` depends on their number)."""
+        """The trainable parameters and the batch size (no parameters with layer="last")."""
         if self.layer == "last":
             return _Plan([], 0, self._batch_size or _AUTO_LAST_LAYER_ROWS)
-        params = self._backend.trainable_parameters(self.model)
-        if not params:
-            raise parameter_error(
-                func,
-                "model",
-                "a model with trainable parameters",
-                "a model without any",
-                "Unfreeze the parameters whose training TracIn should trace.",
-                described=True,
-            )
-        n_params = sum(int(np.prod(shape)) for _, shape in params)
-        rows = self._batch_size or min(
-            max(_AUTO_BYTES // (4 * n_params), _AUTO_MIN_ROWS), _AUTO_MAX_ROWS
-        )
-        return _Plan([name for name, _ in params], n_params, rows)
+        return gradient_plan(self._backend, self.model, self._batch_size, func, "TracIn")
 
     def _projection(self, plan: _Plan) -> Tensor | None:
         """The projection matrix on the device, (n_params, proj_dim), or None."""
@@ -396,9 +358,8 @@ class TracIn:
         )
 
     def _labels(self, y: Any, source: SequenceSource, param: str, func: str) -> _Labels:
-        be = self._backend
-        n_outputs = int(be.forward(self.model, be.asarray(source.read(0, 1)), None).shape[1])
-        return _check_labels(y, source.n_sequences, self.loss, n_outputs, param, func)
+        outputs = n_outputs(self._backend, self.model, source)
+        return _check_labels(y, source.n_sequences, self.loss, outputs, param, func)
 
     def _batches(
         self, source: SequenceSource, labels: _Labels, rows: int
@@ -478,48 +439,11 @@ def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
 
 
-def _source(X: Any, param: str, func: str) -> SequenceSource:
-    """Validate X (named ``param`` in errors) and check every sequence is one-hot-like."""
-    try:
-        source = as_source(X, None, func)
-        for start in range(0, source.n_sequences, _HOST_BLOCK):
-            source.read(start, start + _HOST_BLOCK)
-    except (ValueError, TypeError) as exc:
-        message = str(exc).replace("The 'X' parameter", f"The {param!r} parameter", 1)
-        raise type(exc)(message) from exc
-    return source
-
-
 def _check_labels(
     y: Any, n: int, loss: str | Callable[..., Any], n_outputs: int, param: str, func: str
 ) -> _Labels:
     """Labels for ``loss``: one per sequence, in range; returns host values and device dtype."""
-    try:
-        values = np.asarray(y)
-    except Exception as exc:  # pragma: no cover - exotic inputs
-        raise parameter_error(func, param, "an array", type(y).__name__, error=TypeError) from exc
-    if values.ndim == 0 or len(values) != n:
-        raise parameter_error(
-            func,
-            param,
-            f"one label per sequence ({n} of them)",
-            f"{0 if values.ndim == 0 else len(values)} labels",
-            "Pass the labels of the same sequences, in the same order.",
-            described=True,
-        )
-    if values.dtype.kind not in "biuf":
-        raise parameter_error(
-            func, param, "numeric labels", f"dtype {values.dtype}", error=TypeError, described=True
-        )
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        i = int(np.argwhere(~np.isfinite(values))[0][0])
-        raise parameter_error(
-            func,
-            param,
-            "finite",
-            f"{values.reshape(n, -1)[i].tolist()!r} for sequence {i}",
-            described=True,
-        )
+    values = label_array(y, n, param, func)
     if loss == "cross_entropy":
         if n_outputs < 2:
             raise parameter_error(

@@ -1,0 +1,105 @@
+"""Pieces shared by the data-attribution methods: checked inputs, labels and gradient batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import parameter_error
+from .._validation import SequenceSource, as_source
+from ..backends import Backend
+
+#: Rows per host-side block of products and input checks.
+HOST_BLOCK = 8192
+#: batch_size="auto": one batch of flattened float32 gradients within this many bytes...
+AUTO_BYTES = 64 * 2**20
+#: ... and between these many rows (a 6.7k-parameter CNN on 200 bp, one CPU thread, ran fastest
+#: at 128 rows, about 1.1x slower at 64 and at 256; peak memory grows with the rows).
+AUTO_MIN_ROWS, AUTO_MAX_ROWS = 8, 128
+
+
+@dataclass
+class Labels:
+    values: np.ndarray
+    dtype: str  # backend dtype of the device copy
+
+
+@dataclass(frozen=True)
+class GradientPlan:
+    """What ``fit`` settles for every later call: the parameters traced and the batch size."""
+
+    names: list[str]  # trainable parameters
+    n_params: int
+    rows: int  # examples per device batch
+
+
+def gradient_plan(
+    backend: Backend, model: Any, batch_size: int | None, func: str, method: str
+) -> GradientPlan:
+    """The trainable parameters (read outside the session: the torch session switches
+    ``requires_grad`` off) and the batch size (``None``, i.e. "auto", depends on their number).
+    """
+    params = backend.trainable_parameters(model)
+    if not params:
+        raise parameter_error(
+            func,
+            "model",
+            "a model with trainable parameters",
+            "a model without any",
+            f"Unfreeze the parameters whose training {method} should trace.",
+            described=True,
+        )
+    n_params = sum(int(np.prod(shape)) for _, shape in params)
+    rows = batch_size or min(max(AUTO_BYTES // (4 * n_params), AUTO_MIN_ROWS), AUTO_MAX_ROWS)
+    return GradientPlan([name for name, _ in params], n_params, rows)
+
+
+def checked_source(X: Any, param: str, func: str) -> SequenceSource:
+    """Validate X (named ``param`` in errors) and check every sequence is one-hot-like."""
+    try:
+        source = as_source(X, None, func)
+        for start in range(0, source.n_sequences, HOST_BLOCK):
+            source.read(start, start + HOST_BLOCK)
+    except (ValueError, TypeError) as exc:
+        message = str(exc).replace("The 'X' parameter", f"The {param!r} parameter", 1)
+        raise type(exc)(message) from exc
+    return source
+
+
+def n_outputs(backend: Backend, model: Any, source: SequenceSource) -> int:
+    """Outputs of the model (one forward pass of one sequence; inside a session)."""
+    return int(backend.forward(model, backend.asarray(source.read(0, 1)), None).shape[1])
+
+
+def label_array(y: Any, n: int, param: str, func: str) -> np.ndarray:
+    """``y`` as an array of numeric, finite labels, one per sequence (checks every method
+    shares; what the labels must be for a loss or task is checked by the method)."""
+    try:
+        values = np.asarray(y)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise parameter_error(func, param, "an array", type(y).__name__, error=TypeError) from exc
+    if values.ndim == 0 or len(values) != n:
+        raise parameter_error(
+            func,
+            param,
+            f"one label per sequence ({n} of them)",
+            f"{0 if values.ndim == 0 else len(values)} labels",
+            "Pass the labels of the same sequences, in the same order.",
+            described=True,
+        )
+    if values.dtype.kind not in "biuf":
+        raise parameter_error(
+            func, param, "numeric labels", f"dtype {values.dtype}", error=TypeError, described=True
+        )
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        i = int(np.argwhere(~np.isfinite(values))[0][0])
+        raise parameter_error(
+            func,
+            param,
+            "finite",
+            f"{values.reshape(n, -1)[i].tolist()!r} for sequence {i}",
+            described=True,
+        )
+    return values
