@@ -4,6 +4,11 @@ On a GPU the K-target backward is vectorised (one batched vector-Jacobian produc
 size probe climbs to large batches, paths the CPU suite only reaches through switches; these
 tests run them for real. They skip without a CUDA device (CI has none); run them with
 ``python -m pytest -q tests/test_gpu.py`` on a machine that has one.
+
+CUDA against CPU is held to ``CROSS_FRAMEWORK`` (1e-4 relative): cuDNN and the CPU's
+convolutions sum in different orders (TF32 is off), which moved IG of the 9-layer BPNet-like
+model by up to 3.4e-5 on an H200; a wrong row, weight or target moves it by O(1). Two paths on
+the same device are held to ``FLOAT32``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from data_attribution import tracin_models as tm
-from helpers import FLOAT32, assert_close
+from helpers import CROSS_FRAMEWORK, FLOAT32, assert_close
 
 import seqattrib as sa
 
@@ -45,7 +50,7 @@ def test_ig_with_three_targets_matches_the_cpu(bpnet, X):
     )
     assert next(bpnet.parameters()).device.type == "cpu"  # moved back after the call
     assert gpu.shape == (7, 3, 4, LENGTH)
-    assert_close(gpu, cpu, FLOAT32)
+    assert_close(gpu, cpu, CROSS_FRAMEWORK)
 
 
 def test_vectorised_and_sequential_targets_agree_on_cuda(bpnet, X, monkeypatch):
@@ -65,19 +70,19 @@ def test_eig_matches_the_cpu_and_moves_one_track_per_sequence(bpnet, X):
     backend.transfers.reset()
     gpu = sa.expected_integrated_gradients(bpnet, X, device="cuda", **kwargs)
     assert backend.transfers.to_host == 7 * 2 * LENGTH * 4 * 4
-    assert_close(gpu, cpu, FLOAT32)
+    assert_close(gpu, cpu, CROSS_FRAMEWORK)
 
 
 def test_auto_batch_size_on_cuda_matches_a_fixed_one(bpnet, X):
     auto = sa.integrated_gradients(bpnet, X, n_steps=30, batch_size="auto", device="cuda")
     fixed = sa.integrated_gradients(bpnet, X, n_steps=30, batch_size=16)
-    assert_close(auto, fixed, FLOAT32)
+    assert_close(auto, fixed, CROSS_FRAMEWORK)
 
 
 def test_ism_matches_the_cpu(bpnet, X):
     cpu = sa.ism(bpnet, X[:3], target=[0, 1], batch_size=64)
     gpu = sa.ism(bpnet, X[:3], target=[0, 1], batch_size=64, device="cuda")
-    assert_close(gpu, cpu, FLOAT32)
+    assert_close(gpu, cpu, CROSS_FRAMEWORK)
 
 
 @pytest.mark.parametrize("mode", [{}, {"layer": "last"}, {"proj_dim": 16}])
@@ -92,4 +97,4 @@ def test_tracin_matches_the_cpu(mode):
         .fit(X_train, y_train)
         .scores(X_test, y_test)
     )
-    assert_close(gpu, cpu, FLOAT32)
+    assert_close(gpu, cpu, CROSS_FRAMEWORK)

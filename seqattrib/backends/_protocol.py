@@ -85,6 +85,9 @@ class Backend(Protocol):
         Returns the selected outputs (B, K) and their gradients (B, K, *x.shape[1:]).
         """
 
+    def on_accelerator(self) -> bool:
+        """Whether the current session computes on a GPU or another accelerator."""
+
     def synchronize(self) -> None:
         """Wait for queued device work (for timing)."""
 

@@ -133,6 +133,9 @@ class TensorFlowBackend:
     def segment_sum(self, values: tf.Tensor, segment_ids: tf.Tensor, n_segments: int) -> tf.Tensor:
         return tf.math.unsorted_segment_sum(values, segment_ids, n_segments)
 
+    def on_accelerator(self) -> bool:
+        return not self._on_cpu
+
     def synchronize(self) -> None:
         # Eager ops and .numpy() are synchronous from Python's point of view; a tiny copy
         # to the host waits for the queue on GPUs.

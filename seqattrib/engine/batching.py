@@ -5,6 +5,12 @@ activations leave the cache (CPU) or memory runs out (GPU), so ``batch_size="aut
 The probe is real work: the first batches of a job run at growing sizes (each size twice, the
 second timed, so tracing and kernel selection stay out of the timing), then the best per-row
 size is kept and cached for the model, device, input shape and number of targets.
+
+A job too small to finish the probe caches nothing final; it leaves its best size so far, and
+the next job with the same key resumes the climb there instead of starting again at the bottom.
+On an accelerator the climb starts at ``ACCELERATOR_START`` rows: smaller batches only measure
+kernel-launch overhead there (measured on an H200: 32-row batches ran IG 5-20x slower per row
+than 2048-row ones on the BPNet- and CREsted-like benchmark models).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ _CANDIDATES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 _GAIN = 0.95
 _PATIENCE = 2
 _MAX_BATCH_SECONDS = 4.0
+#: First size tried on an accelerator (GPU/TPU); CPUs start at ``_CANDIDATES[0]``.
+ACCELERATOR_START = 256
 
 
 def _store(model: Any) -> dict[Hashable, int]:
@@ -62,13 +70,22 @@ class FixedBatchSizer:
 class AutoBatchSizer:
     """Probe on the job's own first batches, then keep the fastest size per row."""
 
-    def __init__(self, model: Any, key: Hashable, n_rows: int) -> None:
+    def __init__(
+        self, model: Any, key: Hashable, n_rows: int, *, first_size: int | None = None
+    ) -> None:
         self._store = _store(model)
         self._key = key
         cached = self._store.get(key)
-        self.size = cached if cached is not None else _CANDIDATES[0]
+        resume = self._store.get(("unfinished", key))
+        if resume is not None:
+            self._candidate = _CANDIDATES.index(resume)
+        else:
+            start = _CANDIDATES[0] if first_size is None else first_size
+            self._candidate = next(
+                (i for i, c in enumerate(_CANDIDATES) if c >= start), len(_CANDIDATES) - 1
+            )
+        self.size = cached if cached is not None else _CANDIDATES[self._candidate]
         self.timing = cached is None
-        self._candidate = 0
         self._repeat = 0
         self._n_rows_left = n_rows
         self._best: tuple[float, int] | None = None  # (seconds per row, size)
@@ -121,3 +138,6 @@ class AutoBatchSizer:
         self.timing = False
         if cache:
             self._store[self._key] = self.size
+            self._store.pop(("unfinished", self._key), None)
+        elif self._best is not None:  # the next job resumes the climb at the best size so far
+            self._store[("unfinished", self._key)] = self.size

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._validation import SequenceSource
 from ..backends import Backend, OutOfDeviceMemory
+from . import batching
 from .batching import AutoBatchSizer, FixedBatchSizer
 from .plan import RowPlan
 from .sinks import Sink
@@ -120,7 +121,12 @@ def run(
     sizer: FixedBatchSizer | AutoBatchSizer = (
         FixedBatchSizer(batch_size)
         if batch_size is not None
-        else AutoBatchSizer(model, cache_key, plan.n_rows)
+        else AutoBatchSizer(
+            model,
+            cache_key,
+            plan.n_rows,
+            first_size=batching.ACCELERATOR_START if backend.on_accelerator() else None,
+        )
     )
     window = _Window(kernel, source, backend, max_cpu_sequences, plan.mean_rows)
     progress = _progress(source.offset, source.n_sequences, verbose, description)

@@ -98,3 +98,25 @@ def test_model_returns_to_its_device_after_a_cuda_run(conv_weights):
     on_gpu = sa.saliency(model, X, device="cuda")
     assert next(model.parameters()).device.type == "cpu"
     assert_close(on_gpu, sa.saliency(model, X), FLOAT32)
+
+
+def test_torch_calls_run_in_full_float32_and_restore_the_tf32_flags(conv_weights):
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = make_model("torch", "convnet", conv_weights, "NLC")
+
+        def forward(self, x):
+            seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+            return self.inner(x)
+
+    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        sa.saliency(Probe(), random_one_hot(2, LENGTH))
+        assert seen and set(seen) == {(False, False)}
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags

@@ -312,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch  # torch before TensorFlow, always
 
     frameworks: dict[str, Any] = {"torch": torch, "captum": captum}
+    # seqattrib computes in full float32 (TF32 off inside its calls); so does everything else
+    # here, so both sides of a comparison do the same arithmetic.
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     if "tensorflow" in backends:
         import keras
         import tensorflow as tf

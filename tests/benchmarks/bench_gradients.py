@@ -793,6 +793,9 @@ def main(argv: list[str] | None = None) -> None:
 
         frameworks |= {"torch": torch, "captum": captum}
         sides.append(TorchSide(args.device))
+        # seqattrib computes in full float32 (TF32 off inside its calls); so does everything else
+        # here, so both sides of a comparison do the same arithmetic.
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     if "tensorflow" in backends:
         import keras
         import tensorflow as tf

@@ -53,3 +53,22 @@ def test_out_of_memory_settles_on_the_best_size_so_far():
     _drive(sizer, lambda s: 1.0 / s, n_batches=4)  # 16, 16, 32, 32: still improving
     sizer.out_of_memory(64)
     assert sizer.next_size() == 32 and not sizer.timing
+
+
+def test_an_unfinished_probe_resumes_at_its_best_size_in_the_next_job():
+    model = Model()
+    first = AutoBatchSizer(model, "key", n_rows=100)
+    _drive(first, lambda s: 1.0 / s, n_batches=4)  # 16, 16, 32, 32: still improving at 32
+    second = AutoBatchSizer(model, "key", n_rows=10**6)
+    assert second.timing and second.next_size() == 32  # not back at 16
+    sizes = _drive(second, {32: 0.6, 64: 0.4, 128: 0.3, 256: 0.5, 512: 0.5}.get)
+    assert sizes[:8] == [32, 32, 64, 64, 128, 128, 256, 256] and sizes[-1] == 128
+    third = AutoBatchSizer(model, "key", n_rows=100)
+    assert third.next_size() == 128 and not third.timing  # concluded: cached for good
+
+
+def test_accelerators_start_the_climb_higher():
+    sizer = AutoBatchSizer(Model(), "key", n_rows=10**6, first_size=256)
+    sizes = _drive(sizer, {256: 0.5, 512: 0.3, 1024: 0.4, 2048: 0.4}.get)
+    assert sizes[:8] == [256, 256, 512, 512, 1024, 1024, 2048, 2048]
+    assert sizes[-1] == 512
