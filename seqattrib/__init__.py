@@ -16,13 +16,14 @@ from .attribution import (
     saliency,
 )
 from .backends import get_backend
-from .data_attribution import TracIn
+from .data_attribution import TRAK, TracIn
 from .explain import explain
 from .io import decode, one_hot
 from .ism import ism, ism_to_hypothetical
 
 __all__ = [
     "SeqAttribWarning",
+    "TRAK",
     "TracIn",
     "__version__",
     "decode",

@@ -1,11 +1,14 @@
 """Data attribution: which training sequences are behind a model's predictions.
 
-``TracIn`` follows gradients over training checkpoints (DESIGN section 6). Checkpoints are loaded
-into the user's model one at a time; results are fresh numpy arrays.
+``TracIn`` follows loss gradients over training checkpoints; ``TRAK`` linearises the model at
+each checkpoint and weighs training examples through the kernel of their projected gradients
+(DESIGN section 6). Checkpoints are loaded into the user's model one at a time; results are
+fresh numpy arrays.
 """
 
 from __future__ import annotations
 
 from .tracin import TracIn
+from .trak import TRAK
 
-__all__ = ["TracIn"]
+__all__ = ["TRAK", "TracIn"]
