@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._errors import parameter_error
+from ._fast_ism import AUTO_MAX_COST_RATIO, FastForward, FastPlan, fast_plan
 from ._pipeline import check_common, execute
 from ._validation import SequenceSource, as_source
 from .backends import Backend
@@ -47,8 +48,10 @@ class IsmKernel:
         rows_per_sequence: np.ndarray,
         score: str,
         func: str,
+        fast: FastForward | None = None,
     ) -> None:
         self.backend, self.model, self.output_fn = backend, model, output_fn
+        self.fast = fast
         self.source, self.window, self.score, self.func = source, window, score, func
         self.rows_per_sequence = rows_per_sequence
         self.length = source.length
@@ -67,8 +70,15 @@ class IsmKernel:
         columns.sort(axis=1)  # each sequence's mutants first, in (position, base) order
         columns[columns == self.width] = 0  # padding, never read
         x_device = be.asarray(x)
-        reference = be.forward(self.model, x_device, self.output_fn)
+        kept: dict[str, Tensor] = {}
+        if self.fast is not None:
+            *values, raw = self.fast.reference(x_device)
+            kept = {f"kept{i}": v for i, v in enumerate(values)}
+            reference = be.outputs(raw, self.output_fn)
+        else:
+            reference = be.forward(self.model, x_device, self.output_fn)
         return {
+            **kept,
             "x": x_device,
             "reference": be.take(reference, self._targets, axis=1),
             "position": be.asarray(start + columns // 4, "int64"),
@@ -88,11 +98,17 @@ class IsmKernel:
         entry = be.asarray(local * self.width + row_in_sequence, "int64")
         position = be.take(be.reshape(payload["position"], (-1,)), entry)
         base = be.take(be.reshape(payload["base"], (-1,)), entry)
-        x = be.take(payload["x"], local_t)
-        at = be.reshape(be.one_hot(position, self.length), self._mask_shape)
-        new = be.reshape(be.one_hot(base, 4), self._base_shape)
-        mutants = x + at * (new - x)
-        outputs = be.take(be.forward(self.model, mutants, self.output_fn), self._targets, axis=1)
+        if self.fast is not None:
+            kept = [payload[f"kept{i}"] for i in range(len(self.fast.kept))]
+            raw = self.fast.mutant_outputs(kept, local_t, position, base)
+            outputs = be.take(be.outputs(raw, self.output_fn), self._targets, axis=1)
+        else:
+            x = be.take(payload["x"], local_t)
+            at = be.reshape(be.one_hot(position, self.length), self._mask_shape)
+            new = be.reshape(be.one_hot(base, 4), self._base_shape)
+            mutants = x + at * (new - x)
+            outputs = be.forward(self.model, mutants, self.output_fn)
+            outputs = be.take(outputs, self._targets, axis=1)
         reference = be.take(payload["reference"], local_t)
         if self.score == "delta":
             scores = outputs - reference
@@ -128,6 +144,65 @@ class IsmKernel:
         n = len(scores)
         nlc = scores.reshape(n, self.length, 4, self.n_targets).transpose(0, 3, 1, 2)
         return {"attributions": np.ascontiguousarray(self.source.from_nlc(nlc))}
+
+
+def _fast_plan(
+    be: Backend,
+    model: Any,
+    source: SequenceSource,
+    output_fn: Callable[[Any], Any] | None,
+    device_key: str,
+    requested: bool,
+) -> FastPlan | None:
+    """The cached fast-ISM plan, checked once against the model on a few mutants."""
+    length_axis = 1 if source.alphabet_axis == -1 else 2
+    row_shape = tuple(source.row_shape)
+
+    def check(plan: FastPlan) -> float:
+        rng = np.random.default_rng(0)
+        codes = rng.integers(0, 4, size=(2, source.length))
+        nlc = np.eye(4, dtype=np.float32)[codes]
+        x = nlc if length_axis == 1 else np.ascontiguousarray(nlc.transpose(0, 2, 1))
+        L = source.length
+        position = np.array([0, 1, L // 2, L - 1, 0, L // 3, L - 2, L - 1])[: 2 * min(L, 4)]
+        seq = np.repeat([0, 1], len(position) // 2)
+        base = (codes[seq, position] + 1 + np.arange(len(position)) % 3) % 4
+        mutants = nlc[seq].copy()
+        mutants[np.arange(len(seq)), position] = np.eye(4, dtype=np.float32)[base]
+        if length_axis == 2:
+            mutants = np.ascontiguousarray(mutants.transpose(0, 2, 1))
+        forward = FastForward(be, plan, source.alphabet_axis)
+        *kept, raw = forward.reference(be.asarray(x))
+        fast = [
+            be.outputs(raw, output_fn),
+            be.outputs(
+                forward.mutant_outputs(
+                    kept,
+                    be.asarray(seq, "int64"),
+                    be.asarray(position, "int64"),
+                    be.asarray(base, "int64"),
+                ),
+                output_fn,
+            ),
+        ]
+        exact = [be.forward(model, be.asarray(a), output_fn) for a in (x, mutants)]
+        got = np.concatenate([be.to_numpy(t) for t in fast])
+        want = np.concatenate([be.to_numpy(t) for t in exact])
+        return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-6))
+
+    counted = be.transfers.to_host, be.transfers.to_device  # the check is not the job's work
+    try:
+        return fast_plan(
+            be,
+            model,
+            row_shape,  # type: ignore[arg-type]
+            length_axis,
+            device_key,
+            check,
+            requested=requested,
+        )
+    finally:
+        be.transfers.to_host, be.transfers.to_device = counted
 
 
 def _window(positions: Any, length: int, func: str) -> tuple[int, int]:
@@ -167,6 +242,7 @@ def ism(
     output_fn: Callable[[Any], Any] | None = None,
     positions: tuple[int, int] | None = None,
     score: Literal["delta", "log_ratio"] = "delta",
+    fast: bool | Literal["auto"] = "auto",
     alphabet_axis: int | None = None,
     batch_size: int | Literal["auto"] = "auto",
     max_cpu_sequences: int = 1024,
@@ -198,6 +274,15 @@ def ism(
     score : {"delta", "log_ratio"}
         ``f(mutant) - f(reference)``, or ``log f(mutant) - log f(reference)`` for positive
         outputs (counts, probabilities).
+    fast : {"auto", True, False}
+        Reuse what a mutation cannot change: each layer up to the first global one (dense,
+        flatten, global pooling) is recomputed only inside the window of positions the mutated
+        base can reach; the rest of the model runs as usual. Same scores as ``fast=False`` up
+        to float32 rounding. ``"auto"`` uses it when the model's structure makes it pay (the
+        windows cost at most half of full passes through those layers); ``True`` whenever the
+        model can be split. A model that cannot be split (an unsupported layer, or a check
+        batch the fast path does not reproduce) runs the exact path with one
+        ``SeqAttribWarning`` naming the reason. Decided once per model, input shape and device.
     alphabet_axis : {None, 1, -1}
         The axis of X holding A, C, G, T; inferred when unambiguous.
     batch_size : int or "auto"
@@ -229,10 +314,17 @@ def ism(
     size, limit = check_common(func, batch_size, max_cpu_sequences, verbose, output_fn)
     if score not in _SCORES:
         raise parameter_error(func, "score", "'delta' or 'log_ratio'", score)
+    if fast not in (True, False, "auto"):
+        raise parameter_error(func, "fast", "True, False or 'auto'", fast)
     source = as_source(X, alphabet_axis, func)
     window = _window(positions, source.length, func)
 
     def make_kernel(be: Backend, targets: list[int], seed: int, todo: SequenceSource) -> IsmKernel:
+        forward = None
+        if fast is not False:
+            plan = _fast_plan(be, model, source, output_fn, str(device), fast is True)
+            if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
+                forward = FastForward(be, plan, source.alphabet_axis)
         return IsmKernel(
             be,
             model,
@@ -243,6 +335,7 @@ def ism(
             rows_per_sequence=_count_rows(todo, window),
             score=score,
             func=func,
+            fast=forward,
         )
 
     result, squeeze = execute(

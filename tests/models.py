@@ -76,6 +76,37 @@ def crested_weights(n_outputs: int = 8, filters: int = 128, seed: int = 0) -> di
     }
 
 
+def basset_weights(
+    length: int, n_outputs: int = 3, filters: int = 16, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Basset-like: conv(4->F,7) BatchNorm relu maxpool 3, conv(F->F,5) BatchNorm relu maxpool 2,
+    flatten, dense(->32) relu, dense(32->K). Valid convolutions; BatchNorm in eval mode with
+    non-trivial statistics (epsilon ``BN_EPS`` in both frameworks). ``d1`` is stored as
+    (positions, F, 32), so each framework flattens in its own order."""
+    rng = np.random.default_rng(seed)
+    positions = ((length - 6) // 3 - 4) // 2
+    weights = {
+        "c1": _normal(rng, (7, 4, filters), 28),
+        "c1_b": (0.1 * rng.standard_normal(filters)).astype(np.float32),
+        "c2": _normal(rng, (5, filters, filters), 5 * filters),
+        "c2_b": (0.1 * rng.standard_normal(filters)).astype(np.float32),
+        "d1": _normal(rng, (positions, filters, 32), positions * filters),
+        "d1_b": np.zeros(32, np.float32),
+        "d2": _normal(rng, (32, n_outputs), 32),
+        "d2_b": np.zeros(n_outputs, np.float32),
+    }
+    for bn in ("bn1", "bn2"):
+        weights[f"{bn}_gamma"] = (1 + 0.2 * rng.standard_normal(filters)).astype(np.float32)
+        weights[f"{bn}_beta"] = (0.2 * rng.standard_normal(filters)).astype(np.float32)
+        weights[f"{bn}_mean"] = (0.3 * rng.standard_normal(filters)).astype(np.float32)
+        weights[f"{bn}_var"] = (0.5 + rng.random(filters)).astype(np.float32)
+    return weights
+
+
+BN_EPS = 1e-3
+_BN_KEYS = ("gamma", "beta", "mean", "var")
+
+
 # --------------------------------------------------------------------------- torch
 def _torch_conv(w: np.ndarray, b: np.ndarray, **kwargs: Any) -> Any:
     import torch
@@ -96,6 +127,18 @@ def _torch_dense(w: np.ndarray, b: np.ndarray) -> Any:
         dense.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
         dense.bias.copy_(torch.from_numpy(b))
     return dense
+
+
+def _torch_bn(weights: dict[str, np.ndarray], name: str) -> Any:
+    import torch
+
+    bn = torch.nn.BatchNorm1d(len(weights[f"{name}_gamma"]), eps=BN_EPS)
+    with torch.no_grad():
+        for attr, key in (("weight", "gamma"), ("bias", "beta")):
+            getattr(bn, attr).copy_(torch.from_numpy(weights[f"{name}_{key}"]))
+        bn.running_mean.copy_(torch.from_numpy(weights[f"{name}_mean"]))
+        bn.running_var.copy_(torch.from_numpy(weights[f"{name}_var"]))
+    return bn
 
 
 def torch_model(kind: str, weights: dict[str, np.ndarray], layout: str = "NCL") -> Any:
@@ -123,6 +166,14 @@ def torch_model(kind: str, weights: dict[str, np.ndarray], layout: str = "NCL") 
                     for i in range(n)
                 )
                 self.dense = _torch_dense(weights["dense"], weights["dense_b"])
+            elif kind == "basset":
+                self.c1 = _torch_conv(weights["c1"], weights["c1_b"])
+                self.c2 = _torch_conv(weights["c2"], weights["c2_b"])
+                self.bn1, self.bn2 = _torch_bn(weights, "bn1"), _torch_bn(weights, "bn2")
+                d1 = weights["d1"]  # (positions, F, H): torch flattens (F, positions)
+                flat = np.ascontiguousarray(d1.transpose(1, 0, 2).reshape(-1, d1.shape[2]))
+                self.d1 = _torch_dense(flat, weights["d1_b"])
+                self.d2 = _torch_dense(weights["d2"], weights["d2_b"])
             elif kind == "crested":
                 self.c1 = _torch_conv(weights["c1"], weights["c1_b"])
                 self.c2 = _torch_conv(weights["c2"], weights["c2_b"])
@@ -147,6 +198,10 @@ def torch_model(kind: str, weights: dict[str, np.ndarray], layout: str = "NCL") 
                     h = h + relu(conv(h))
                 return self.dense(h.mean(dim=-1))
             pool = torch.nn.functional.max_pool1d
+            if kind == "basset":
+                h = pool(relu(self.bn1(self.c1(h))), 3)
+                h = torch.nn.functional.max_pool1d(relu(self.bn2(self.c2(h))), 2)
+                return self.d2(relu(self.d1(torch.flatten(h, 1))))
             h = pool(relu(self.c1(h)), 3)
             h = pool(relu(self.c2(h)), 3)
             h = relu(self.c3(h)).amax(dim=-1)
@@ -206,6 +261,23 @@ def keras_model(kind: str, weights: dict[str, np.ndarray], length: int, layout: 
         out = apply(
             (layers.Dense(weights["dense"].shape[1]), (weights["dense"], weights["dense_b"])), h
         )
+    elif kind == "basset":
+        for i, pool in ((1, 3), (2, 2)):
+            h = apply(conv(f"c{i}"), h)
+            bn = layers.BatchNormalization(epsilon=BN_EPS)
+            h = bn(h)
+            pending.append((bn, tuple(weights[f"bn{i}_{k}"] for k in _BN_KEYS)))
+            h = layers.MaxPooling1D(pool)(layers.Activation("relu")(h))
+        h = layers.Flatten()(h)  # Keras flattens (positions, F)
+        d1 = weights["d1"]
+        h = apply(
+            (
+                layers.Dense(d1.shape[2], activation="relu"),
+                (d1.reshape(-1, d1.shape[2]), weights["d1_b"]),
+            ),
+            h,
+        )
+        out = apply((layers.Dense(weights["d2"].shape[1]), (weights["d2"], weights["d2_b"])), h)
     elif kind == "crested":
         h = layers.MaxPooling1D(3)(apply(conv("c1", activation="relu"), h))
         h = layers.MaxPooling1D(3)(apply(conv("c2", activation="relu"), h))

@@ -33,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from ._local_graph import GraphUnsupported, LocalGraph, LocalNode
+from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal
 
 layers = keras.layers
 
@@ -97,7 +97,8 @@ def _describe(op: Any) -> str:
 
 def _plain(layer: Any, cls: type) -> bool:
     """``layer`` is a ``cls`` whose ``call`` is the Keras one (not a subclass overriding it)."""
-    return isinstance(layer, cls) and type(layer).call is cls.call
+    own = getattr(type(layer), "call", None)
+    return isinstance(layer, cls) and own is getattr(cls, "call", None)
 
 
 def _unsupported(op: Any, why: str) -> GraphUnsupported:
@@ -273,7 +274,7 @@ class _Reader:
             if first_reader is None:
                 raise GraphUnsupported(f"model '{graph.name}' has no layers")
             op, reason = first_reader
-            raise GraphUnsupported(
+            raise NothingLocal(
                 f"{_describe(op)} reads the input directly ({reason}): no local layers before "
                 "it, so fast ISM has nothing to reuse"
             )
@@ -520,4 +521,4 @@ def keras_local_graph(model: Any, row_shape: tuple[int, int]) -> LocalGraph:
     GraphUnsupported
         When the model cannot be split; the message names the layer and the reason.
     """
-    return _Reader(_functional(model), tuple(row_shape)).read()
+    return _Reader(_functional(model), (int(row_shape[0]), int(row_shape[1]))).read()

@@ -73,6 +73,9 @@ class Backend(Protocol):
     def forward(self, model: Any, x: Tensor, output_fn: Callable[[Any], Any] | None) -> Tensor:
         """Model outputs as a (B, K) tensor, no gradients."""
 
+    def outputs(self, raw: Any, output_fn: Callable[[Any], Any] | None) -> Tensor:
+        """A raw model output as (batch, n_outputs) float32, through ``output_fn``."""
+
     def input_gradients(
         self,
         model: Any,
@@ -84,6 +87,33 @@ class Backend(Protocol):
 
         Returns the selected outputs (B, K) and their gradients (B, K, *x.shape[1:]).
         """
+
+    def local_graph(self, model: Any, row_shape: tuple[int, int], length_axis: int) -> Any:
+        """The model's local prefix for fast ISM (``_local_graph.LocalGraph``); raises
+        ``GraphUnsupported`` naming the layer when it cannot be split."""
+
+    def expand_windows(
+        self,
+        ref: Tensor,
+        seq: Tensor,
+        starts: Tensor,
+        width: int,
+        window: Tensor,
+        window_starts: Tensor,
+        axis: int,
+        offsets: tuple[int, int],
+    ) -> Tensor:
+        """Mutants' values over wider windows, as (B, ...): row ``seq[i]`` of ``ref`` (N, a, b)
+        at positions ``starts[i] + j`` (``j < width``) along ``axis`` (1 or 2), overwritten by
+        ``window`` (B, ...; positions ``window_starts[i] + j``) where they overlap.
+        ``window_starts - starts`` lies within ``offsets`` (low, high), and ``ref`` is padded
+        so that positions ``starts + low`` to ``starts + high + window width`` exist."""
+
+    def pad_positions(self, x: Tensor, left: int, right: int, axis: int) -> Tensor:
+        """Zeros added before and after the positions along ``axis`` (negative: removed)."""
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` made fast for repeated calls on tensors (inference mode; a TF graph)."""
 
     def on_accelerator(self) -> bool:
         """Whether the current session computes on a GPU or another accelerator."""

@@ -133,6 +133,60 @@ class TensorFlowBackend:
     def segment_sum(self, values: tf.Tensor, segment_ids: tf.Tensor, n_segments: int) -> tf.Tensor:
         return tf.math.unsorted_segment_sum(values, segment_ids, n_segments)
 
+    # ----------------------------------------------------------------- fast ISM
+    def local_graph(self, model: Any, row_shape: tuple[int, int], length_axis: int) -> Any:
+        import keras
+
+        from ._keras_graph import keras_local_graph
+        from ._local_graph import GraphUnsupported
+
+        if not isinstance(model, keras.Model):
+            raise GraphUnsupported(f"{type(model).__name__} is not a Keras model")
+        graph = keras_local_graph(model, row_shape)
+        if graph.nodes[0].length_axis != length_axis:
+            raise GraphUnsupported("the model's input layout differs from the one of X")
+        return graph
+
+    def expand_windows(
+        self,
+        ref: tf.Tensor,
+        seq: tf.Tensor,
+        starts: tf.Tensor,
+        width: int,
+        window: tf.Tensor,
+        window_starts: tf.Tensor,
+        axis: int,
+        offsets: tuple[int, int],
+    ) -> tf.Tensor:
+        if axis == 2:  # only the input of an (N, 4, L) model: move positions to axis 1
+            ref, window = tf.transpose(ref, (0, 2, 1)), tf.transpose(window, (0, 2, 1))
+        length = tf.shape(ref, out_type=tf.int64)[1]
+        pos = starts[:, None] + tf.range(width, dtype=tf.int64)[None, :]
+        flat = tf.reshape(ref, (-1, tf.shape(ref)[2]))
+        around = tf.gather(flat, seq[:, None] * length + pos)  # rows of channels
+        n_window = tf.shape(window, out_type=tf.int64)[1]
+        rel = pos - window_starts[:, None]
+        inside = (rel >= 0) & (rel < n_window)
+        picked = tf.gather(window, tf.clip_by_value(rel, 0, n_window - 1), axis=1, batch_dims=1)
+        out = tf.where(inside[:, :, None], picked, around)
+        return tf.transpose(out, (0, 2, 1)) if axis == 2 else out
+
+    def pad_positions(self, x: tf.Tensor, left: int, right: int, axis: int) -> tf.Tensor:
+        if left < 0 or right < 0:
+            begin = [0, 0, 0]
+            size = [-1, -1, -1]
+            begin[axis] = max(0, -left)
+            size[axis] = x.shape[axis] - max(0, -left) - max(0, -right)
+            x = tf.slice(x, begin, size)
+        if left > 0 or right > 0:
+            paddings = [[0, 0], [0, 0], [0, 0]]
+            paddings[axis] = [max(0, left), max(0, right)]
+            x = tf.pad(x, paddings)
+        return x
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        return tf.function(fn, reduce_retracing=True)
+
     def on_accelerator(self) -> bool:
         return not self._on_cpu
 
@@ -167,6 +221,9 @@ class TensorFlowBackend:
             return fns["forward"](x)
         except tf.errors.ResourceExhaustedError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
+
+    def outputs(self, raw: Any, output_fn: Callable[[Any], Any] | None) -> tf.Tensor:
+        return tf.cast(_as_2d(raw, output_fn), tf.float32)
 
     def input_gradients(
         self,

@@ -30,6 +30,25 @@ def _full_float32() -> Iterator[None]:
         cudnn.allow_tf32, matmul.allow_tf32 = saved
 
 
+def _positions(x: torch.Tensor, start: int, width: int, axis: int) -> torch.Tensor:
+    """The view of positions start : start + width along ``axis``."""
+    return x[:, :, start : start + width] if axis == 2 else x[:, start : start + width]
+
+
+def _runs(
+    src: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, width: int, axis: int
+) -> torch.Tensor:
+    """``src[rows[i]]`` at positions ``starts[i] : starts[i] + width`` along ``axis`` (1 or 2)
+    of the (N, a, b) tensor, as (B, ...): one strided view of every window, then one index."""
+    src = src.contiguous()
+    n, a, b = src.shape
+    if axis == 2:  # (N, C, L) -> (N, L - width + 1, C, width)
+        view = src.as_strided((n, b - width + 1, a, width), (a * b, 1, b, 1))
+    else:  # (N, L, C) -> (N, L - width + 1, width, C)
+        view = src.as_strided((n, a - width + 1, width, b), (a * b, b, b, 1))
+    return view[rows, starts]
+
+
 def _as_2d(raw: Any, output_fn: Callable[[Any], Any] | None) -> torch.Tensor:
     out = output_fn(raw) if output_fn is not None else raw
     if not isinstance(out, torch.Tensor):
@@ -166,6 +185,63 @@ class TorchBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    # ----------------------------------------------------------------- fast ISM
+    def local_graph(self, model: Any, row_shape: tuple[int, int], length_axis: int) -> Any:
+        from ._torch_graph import torch_local_graph
+
+        return torch_local_graph(model, row_shape, length_axis)
+
+    def expand_windows(
+        self,
+        ref: torch.Tensor,
+        seq: torch.Tensor,
+        starts: torch.Tensor,
+        width: int,
+        window: torch.Tensor,
+        window_starts: torch.Tensor,
+        axis: int,
+        offsets: tuple[int, int],
+    ) -> torch.Tensor:
+        low, high = offsets
+        n_window = window.shape[axis]
+        # read a little wider, so that every row's window lies inside what was read ...
+        left, right = max(0, -low), max(0, high + n_window - width)
+        out = _runs(ref, seq, starts - left, width + left + right, axis)
+        # ... write the window over it in place, and keep the middle
+        at = window_starts - starts + left
+        if out.device.type == "cpu":
+            # rows share a few offsets (one inside the sequence, a few near its ends): one
+            # block copy per offset is far faster on a CPU than an element-wise scatter
+            for offset in torch.unique(at).tolist():
+                rows = (at == offset).nonzero().squeeze(1)
+                block = window if len(rows) == len(at) else window[rows]
+                target = _positions(out, offset, n_window, axis)
+                if len(rows) == len(at):
+                    target.copy_(block)
+                else:
+                    target.index_copy_(0, rows, block)
+        else:
+            rows = torch.arange(len(seq), device=out.device)[:, None]
+            index = at[:, None] + torch.arange(n_window, device=out.device)
+            if axis == 2:
+                out[rows, :, index] = window.transpose(1, 2)
+            else:
+                out[rows, index] = window
+        return _positions(out, left, width, axis)
+
+    def pad_positions(self, x: torch.Tensor, left: int, right: int, axis: int) -> torch.Tensor:
+        if left == 0 and right == 0:
+            return x
+        pad = (left, right) if axis == 2 else (0, 0, left, right)
+        return torch.nn.functional.pad(x, pad)
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            with torch.inference_mode():
+                return fn(*args)
+
+        return run
+
     # ----------------------------------------------------------------- model calls
     def forward(
         self, model: Any, x: torch.Tensor, output_fn: Callable[[Any], Any] | None
@@ -175,6 +251,9 @@ class TorchBackend:
                 return _as_2d(model(x), output_fn).float()
         except torch.OutOfMemoryError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
+
+    def outputs(self, raw: Any, output_fn: Callable[[Any], Any] | None) -> torch.Tensor:
+        return _as_2d(raw, output_fn).float()
 
     def input_gradients(
         self,

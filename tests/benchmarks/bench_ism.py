@@ -20,7 +20,14 @@ Rows, per model and backend:
    as host copies with numpy, predicted in batches, outputs copied to the host and scored there),
    and the peak memory of each in a fresh subprocess per variant: peak RSS (VmHWM, reset just
    before the call) and tracemalloc's peak of host (numpy) allocations;
-4. device→host bytes per sequence, counted by the backend, vs K·L·4·4.
+4. device→host bytes per sequence, counted by the backend, vs K·L·4·4;
+5. fast ISM (``fast=True``: only the windows a mutation can change are recomputed, up to the
+   first global layer) ÷ the exact path (``fast=False``), on the BPNet-like model and a
+   Basset-like one (L=1000: conv 7, BatchNorm, relu, max-pool 3, conv 5, BatchNorm, relu,
+   max-pool 2, flatten, dense 32, dense 5; 64 filters), one full scan, in both frameworks; and
+   (torch) tangermeme ``fast=True`` ÷ ours ``fast=True`` on the same model. Rows 1-4 run the
+   exact path (``fast=False``). ``--fast-models`` picks the models of row 5 (``none`` skips it),
+   ``--models none`` skips rows 1-4.
 
 ``--quick`` scans a window of positions instead of whole sequences (a smoke test of every path;
 its ratios are not the benchmark). Timings are wall-clock on a shared machine: the load average
@@ -68,8 +75,12 @@ Tensor = Any
 BATCH = 128
 TARGET = 0
 K_MANY = (0, 1, 2)
-LENGTHS = {"bpnet": 1000, "crested": 500}
-LABELS = {"bpnet": "BPNet-like (L=1000)", "crested": "CREsted-like (L=500)"}
+LENGTHS = {"bpnet": 1000, "crested": 500, "basset": 1000}
+LABELS = {
+    "bpnet": "BPNet-like (L=1000)",
+    "crested": "CREsted-like (L=500)",
+    "basset": "Basset-like (L=1000)",
+}
 #: Positions scanned by the warm-up calls: 150 mutants, one full batch of 128 and a partial one
 #: (so TensorFlow has traced both batch shapes before anything is timed).
 WARM_WINDOW = (0, 50)
@@ -119,6 +130,8 @@ QUICK = Plan(
 
 
 def weights_for(kind: str) -> dict[str, np.ndarray]:
+    if kind == "basset":
+        return models.basset_weights(LENGTHS["basset"], n_outputs=5, filters=64)
     return models.bpnet_weights() if kind == "bpnet" else models.crested_weights()
 
 
@@ -259,6 +272,7 @@ def ours(
     """``seqattrib.ism`` over ``window`` (``positions=None``, its default, for a full scan)."""
     positions = None if window == (0, length) else window
     kwargs.setdefault("target", TARGET)
+    kwargs.setdefault("fast", False)
     return seqattrib.ism(model, X, positions=positions, **kwargs)
 
 
@@ -415,6 +429,100 @@ def tangermeme_variants(
 
         variants.append(Variant(name, run, lambda: None))  # warmed by the trial calls above
     return variants, None
+
+
+# --------------------------------------------------------------------------- 5. fast ISM
+def fast_rows(
+    side: Side,
+    kind: str,
+    window: tuple[int, int],
+    repeats: int,
+    tangermeme: tuple[Any, str] | None,
+    rows: list[Row],
+    notes: list[str],
+) -> None:
+    """fast ÷ exact ISM on one sequence, and tangermeme fast=True ÷ ours fast=True (torch)."""
+    from seqattrib import _fast_ism
+
+    model = side.build(kind)
+    length = LENGTHS[kind]
+    X = models.random_one_hot(1, length, seed=1, layout=side.layout)
+    results: dict[str, Any] = {}
+    label = LABELS[kind]
+    start, end = window
+
+    def variant(fast: bool) -> Variant:
+        name = f"ours fast={fast}"
+
+        def run() -> None:
+            results[name] = ours(model, X, window, length, batch_size=BATCH, fast=fast)
+
+        return Variant(name, run, lambda: ours(model, X, WARM_WINDOW, length, fast=fast))
+
+    variants = [variant(False), variant(True)]
+    fallbacks: list[str] = []
+    module = None if tangermeme is None else tangermeme[0]
+    if module is not None:
+        X_t = side.tensor(X)
+        try:
+            tangermeme_call(module, model, X_t, (0, 8), True, [])  # its warm-up
+        except Exception as exc:  # noqa: BLE001 - a benchmark-only dependency
+            notes.append(f"tangermeme fast=True failed on {label}: {type(exc).__name__}: {exc}")
+            module = None
+        else:
+
+            def run_tangermeme() -> None:
+                results["tangermeme"] = tangermeme_call(module, model, X_t, window, True, fallbacks)
+
+            variants.append(Variant("tangermeme fast=True", run_tangermeme, lambda: None))
+    log(f"{label} {side.name}: fast ISM, {3 * (end - start)} mutants")
+    t = interleaved(variants, repeats)
+    plan = next(iter(_fast_ism._PLANS[model].values()))
+    detail = (
+        f"{plan.cost_ratio:.2f} of the local prefix's full cost, windows "
+        f"{min(plan.widths[1:])}-{max(plan.widths)} positions"
+        if isinstance(plan, _fast_ism.FastPlan)
+        else f"no fast path: {plan.reason}"
+    )
+    scan = f"N=1, positions {start}:{end} ({3 * (end - start)} mutants), batch_size={BATCH}"
+    rows.append(
+        Row.ratio_row(
+            label,
+            side.name,
+            "fast ISM ÷ exact ISM",
+            f"{scan}; plan: {detail}",
+            t["ours fast=True"],
+            t["ours fast=False"],
+            t["ours fast=True"] / t["ours fast=False"],
+            "< 1",
+        )
+    )
+    notes.append(
+        f"check {label} {side.name}: fast vs exact, max|diff| / max|exact| = "
+        f"{relative_error(results['ours fast=True'], results['ours fast=False']):.1e}"
+    )
+    if "tangermeme" in results:
+        version = tangermeme[1] if tangermeme else "?"
+        rows.append(
+            Row.ratio_row(
+                label,
+                side.name,
+                "tangermeme fast=True ÷ ours fast=True",
+                f"tangermeme {version}, {scan} both; its fastISM capture runs in every call",
+                t["ours fast=True"],
+                t["tangermeme fast=True"],
+                t["tangermeme fast=True"] / t["ours fast=True"],
+                "≥ 1.0",
+            )
+        )
+        hypothetical = seqattrib.ism_to_hypothetical(results["ours fast=True"])
+        notes.append(
+            f"check {label} torch: ours fast (hypothetical) vs tangermeme fast=True, "
+            f"max|diff| / max|tangermeme| = "
+            f"{relative_error(hypothetical[..., start:end], results['tangermeme']):.1e}"
+        )
+    for reason in sorted(set(fallbacks)):
+        notes.append(f"tangermeme warned ({label}): {reason}")
 
 
 # --------------------------------------------------------------------------- one model x backend
@@ -689,6 +797,11 @@ def main(argv: list[str] | None = None) -> None:
         "--models", default="bpnet,crested", help="comma-separated subset of bpnet,crested"
     )
     parser.add_argument(
+        "--fast-models",
+        default="bpnet,basset",
+        help="models of the fast-ISM rows: a subset of bpnet,basset, or none",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=None, help="timed repeats of every comparison"
     )
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
@@ -703,11 +816,14 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    kinds = [k.strip() for k in args.models.split(",") if k.strip()]
+    kinds = [k.strip() for k in args.models.split(",") if k.strip() not in ("", "none")]
+    fast_kinds = [k.strip() for k in args.fast_models.split(",") if k.strip() not in ("", "none")]
     if not backends or set(backends) - {"torch", "tensorflow"}:
         parser.error(f"--backends must name torch and/or tensorflow, got {args.backends!r}")
-    if not kinds or set(kinds) - set(LENGTHS):
-        parser.error(f"--models must name bpnet and/or crested, got {args.models!r}")
+    if set(kinds) - {"bpnet", "crested"}:
+        parser.error(f"--models must name bpnet and/or crested (or none), got {args.models!r}")
+    if set(fast_kinds) - {"bpnet", "basset"}:
+        parser.error(f"--fast-models must name bpnet and/or basset, got {args.fast_models!r}")
     plan = QUICK if args.quick else FULL
     if args.repeats is not None:
         plan = Plan(
@@ -727,7 +843,7 @@ def main(argv: list[str] | None = None) -> None:
 
         frameworks["torch"] = torch
         sides.append(TorchSide())
-        if "bpnet" in kinds:
+        if "bpnet" in kinds or fast_kinds:
             tangermeme = load_tangermeme()
             if tangermeme[0] is not None:
                 frameworks["tangermeme"] = sys.modules["tangermeme"]
@@ -752,6 +868,18 @@ def main(argv: list[str] | None = None) -> None:
                 raise RuntimeError(f"{side.name} model resolved to the {name} backend")
             ctx = Context(side, kind, model, plan.sizes[kind], rows, notes)
             benchmark(ctx, tangermeme if side.name == "torch" and kind == "bpnet" else None)
+    for kind in fast_kinds:
+        for side in sides:
+            window = (0, LENGTHS[kind]) if not args.quick else (0, 100)
+            fast_rows(
+                side,
+                kind,
+                window,
+                args.repeats or 1,
+                tangermeme if side.name == "torch" else None,
+                rows,
+                notes,
+            )
 
     print("\n".join(header))
     print(f"load average at end (1/5/15 min): {load_average()}")

@@ -1,0 +1,202 @@
+"""Fast ISM (``ism(fast=...)``) gives the scores of the exact path, or falls back with a warning.
+
+The reference is the exact path of the same call (every mutant through the whole model), itself
+tested against brute force in test_ism.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import models
+import numpy as np
+import pytest
+import torch
+from conftest import make_model
+
+import seqattrib as sa
+from seqattrib import _fast_ism
+from seqattrib._errors import SeqAttribWarning
+from seqattrib.backends._local_graph import LocalGraph, LocalNode
+
+RELATIVE = 1e-5
+LENGTHS = {"bpnet": 70, "basset": 60, "crested": 80, "convnet": 24}
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    _fast_ism.clear_plans()
+    yield
+    _fast_ism.clear_plans()
+
+
+def weights_for(kind: str) -> dict[str, np.ndarray]:
+    if kind == "bpnet":
+        return models.bpnet_weights(n_outputs=3, filters=8, n_layers=4)
+    if kind == "basset":
+        return models.basset_weights(LENGTHS["basset"], filters=8)
+    if kind == "crested":
+        return models.crested_weights(n_outputs=3, filters=8)
+    return models.convnet_weights(n_outputs=3)
+
+
+_WEIGHTS = {kind: weights_for(kind) for kind in LENGTHS}
+_KERAS: dict[tuple[str, str], object] = {}
+
+
+def build(framework: str, kind: str, layout: str):
+    if framework == "torch":
+        return models.torch_model(kind, _WEIGHTS[kind], layout)
+    if (kind, layout) not in _KERAS:
+        _KERAS[kind, layout] = models.keras_model(kind, _WEIGHTS[kind], LENGTHS[kind], layout)
+    return _KERAS[kind, layout]
+
+
+def relative_error(fast: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.abs(fast - exact).max() / np.abs(exact).max())
+
+
+def plan_of(model):
+    """The cached plan (FastPlan) or refusal of ``model``."""
+    (plan,) = _fast_ism._PLANS[model].values()
+    return plan
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+@pytest.mark.parametrize("layout", ["NLC", "NCL"])
+@pytest.mark.parametrize("kind", ["bpnet", "basset", "crested"])
+def test_fast_equals_exact(framework, layout, kind):
+    model = build(framework, kind, layout)
+    X = models.random_one_hot(3, LENGTHS[kind], seed=5, layout=layout)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeqAttribWarning)  # no fallback
+        fast = sa.ism(model, X, target=[0, 2], fast=True, batch_size=41)
+    assert isinstance(plan_of(model), _fast_ism.FastPlan)
+    exact = sa.ism(model, X, target=[0, 2], fast=False, batch_size=41)
+    assert fast.shape == exact.shape
+    assert relative_error(fast, exact) <= RELATIVE
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_fast_windows_soft_bases_and_batch_sizes(framework):
+    model = build(framework, "bpnet", "NLC")
+    X = models.random_one_hot(2, LENGTHS["bpnet"], seed=6)
+    X[0, 3] = 0.25  # an N: all four bases are scored
+    X[1, -1] = 0.0
+    exact = sa.ism(model, X, fast=False, batch_size=64)
+    for batch_size in (1, 7, 1000):
+        fast = sa.ism(model, X, fast=True, batch_size=batch_size)
+        assert relative_error(fast, exact) <= RELATIVE
+    window = sa.ism(model, X, fast=True, positions=(0, 9))
+    assert relative_error(window[:, :9], exact[:, :9]) <= RELATIVE
+    assert not window[:, 9:].any()
+
+
+class CircularStart(torch.nn.Module):
+    """A circular-padding convolution reads the other end of the sequence: not local."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.wrap = torch.nn.Conv1d(4, 6, 5, padding=2, padding_mode="circular")
+        self.conv = torch.nn.Conv1d(6, 6, 3)
+        self.dense = torch.nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.dense(torch.relu(self.conv(torch.relu(self.wrap(x)))).mean(dim=-1))
+
+
+def keras_lambda_start(length: int):
+    import keras
+
+    inputs = keras.Input((length, 4))
+    h = keras.layers.Lambda(lambda t: keras.ops.cumsum(t, axis=1), name="running_sum")(inputs)
+    h = keras.layers.Conv1D(6, 3, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    return keras.Model(inputs, keras.layers.Dense(2)(h))
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_unsupported_layer_falls_back_with_one_warning(framework):
+    if framework == "torch":
+        model, layout, name = CircularStart().eval(), "NCL", "wrap"
+    else:
+        model, layout, name = keras_lambda_start(30), "NLC", "running_sum"
+    X = models.random_one_hot(2, 30, seed=7, layout=layout)
+    with pytest.warns(SeqAttribWarning, match=name) as record:
+        fast = sa.ism(model, X, fast=True)
+    assert len([w for w in record if issubclass(w.category, SeqAttribWarning)]) == 1
+    assert not isinstance(plan_of(model), _fast_ism.FastPlan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeqAttribWarning)  # decided once: no second warning
+        again = sa.ism(model, X, fast="auto")
+    exact = sa.ism(model, X, fast=False)
+    np.testing.assert_array_equal(fast, exact)
+    np.testing.assert_array_equal(again, exact)
+
+
+def test_a_graph_that_does_not_reproduce_the_model_is_refused(monkeypatch):
+    """The check batch catches a wrong graph reading (here: a conv's padding off by one)."""
+    model = build("torch", "bpnet", "NCL")
+    backend = sa.get_backend(model)
+    read = type(backend).local_graph
+
+    def wrong(self, *args):
+        graph = read(self, *args)
+        nodes = [
+            dataclasses.replace(n, pad_left=n.pad_left + 1) if n.kind == "window" else n
+            for n in graph.nodes
+        ]
+        return LocalGraph(nodes, graph.cut, graph.tail)
+
+    monkeypatch.setattr(type(backend), "local_graph", wrong)
+    X = models.random_one_hot(2, LENGTHS["bpnet"], seed=8, layout="NCL")
+    with pytest.warns(SeqAttribWarning, match="did not reproduce"):
+        fast = sa.ism(model, X, fast=True)
+    np.testing.assert_array_equal(fast, sa.ism(model, X, fast=False))
+
+
+def test_auto_decides_from_the_structure(monkeypatch):
+    used = []
+    monkeypatch.setattr(
+        sa.ism.__globals__["IsmKernel"],
+        "__init__",
+        _recording(sa.ism.__globals__["IsmKernel"].__init__, used),
+    )
+    small_field = build("torch", "bpnet", "NCL")  # windows of 21-51 of 70 positions
+    X = models.random_one_hot(1, LENGTHS["bpnet"], seed=9, layout="NCL")
+    sa.ism(small_field, X, fast="auto")
+    assert plan_of(small_field).cost_ratio <= _fast_ism.AUTO_MAX_COST_RATIO
+    wide = make_model("torch", "convnet", models.convnet_weights(n_outputs=3), "NCL")
+    sa.ism(wide, models.random_one_hot(1, 12, seed=9, layout="NCL"), fast="auto")
+    assert plan_of(wide).cost_ratio > _fast_ism.AUTO_MAX_COST_RATIO
+    assert used == [True, False]
+
+
+def _recording(init, used):
+    def wrapped(self, *args, **kwargs):
+        used.append(kwargs.get("fast") is not None)
+        init(self, *args, **kwargs)
+
+    return wrapped
+
+
+def test_plan_windows_follow_the_receptive_field():
+    """conv(21) -> dilated conv(3, d=2) + residual -> crop 2 -> maxpool(2): closed-form windows."""
+    L = 50
+    nodes = [
+        LocalNode("in", "input", (), L, 2),
+        LocalNode("c0", "window", (0,), L, 2, kernel=21, pad_left=10),
+        LocalNode("c1", "window", (1,), L, 2, kernel=3, dilation=2, pad_left=2),
+        LocalNode("add", "add", (1, 2), L, 2),
+        LocalNode("crop", "crop", (3,), L - 4, 2, offset=2),
+        LocalNode("pool", "window", (4,), (L - 4) // 2, 2, kernel=2, stride=2),
+    ]
+    plan = _fast_ism.plan_windows(LocalGraph(nodes, [5], lambda h: h), L)
+    assert plan.widths == [1, 21, 25, 25, 25, 13]
+    p = 25  # interior: windows centred on p
+    assert plan.starts[:, p].tolist() == [25, 15, 13, 13, 11, 5]
+    # at the ends the windows shift inwards and keep their width
+    assert plan.starts[1, 0] == 0 and plan.starts[1, L - 1] == L - 21
+    assert plan.starts[5, L - 1] == (L - 4) // 2 - 13
