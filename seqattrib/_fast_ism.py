@@ -50,6 +50,7 @@ class FastPlan:
     starts: np.ndarray  # (n_nodes, L) int64: window start of node n for a mutation at p
     widths: list[int]  # window width of node n
     cost_ratio: float  # estimated (fast / full) cost of the local prefix per mutant
+    forward: FastForward | None = None  # built once, so compiled functions are traced once
 
 
 def _ceil_div(a: np.ndarray, b: int) -> np.ndarray:
@@ -112,6 +113,13 @@ def plan_windows(graph: LocalGraph, length: int) -> FastPlan:
         full_cost += node.length * taps
     ratio = fast_cost / full_cost if full_cost else 1.0
     return FastPlan(graph, order, starts, widths, ratio)
+
+
+def fast_forward(backend: Backend, plan: FastPlan, layout_axis: int) -> FastForward:
+    """The plan's ``FastForward``, made on first use (its compiled functions then stay)."""
+    if plan.forward is None:
+        plan.forward = FastForward(backend, plan, layout_axis)
+    return plan.forward
 
 
 def _input_width(node: Any, width: int) -> int:

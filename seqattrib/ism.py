@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._errors import parameter_error
-from ._fast_ism import AUTO_MAX_COST_RATIO, FastForward, FastPlan, fast_plan
+from ._fast_ism import AUTO_MAX_COST_RATIO, FastForward, FastPlan, fast_forward, fast_plan
 from ._pipeline import check_common, execute
 from ._validation import SequenceSource, as_source
 from .backends import Backend
@@ -171,7 +171,7 @@ def _fast_plan(
         mutants[np.arange(len(seq)), position] = np.eye(4, dtype=np.float32)[base]
         if length_axis == 2:
             mutants = np.ascontiguousarray(mutants.transpose(0, 2, 1))
-        forward = FastForward(be, plan, source.alphabet_axis)
+        forward = fast_forward(be, plan, source.alphabet_axis)
         *kept, raw = forward.reference(be.asarray(x))
         fast = [
             be.outputs(raw, output_fn),
@@ -324,7 +324,7 @@ def ism(
         if fast is not False:
             plan = _fast_plan(be, model, source, output_fn, str(device), fast is True)
             if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
-                forward = FastForward(be, plan, source.alphabet_axis)
+                forward = fast_forward(be, plan, source.alphabet_axis)
         return IsmKernel(
             be,
             model,

@@ -185,7 +185,7 @@ class TensorFlowBackend:
         return x
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        return tf.function(fn, reduce_retracing=True)
+        return tf.function(fn, reduce_retracing=True, autograph=False)
 
     def on_accelerator(self) -> bool:
         return not self._on_cpu
