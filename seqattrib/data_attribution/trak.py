@@ -51,10 +51,11 @@ _TASKS = {
     "binary": "trak_binary",
     "regression": "trak_regression",
 }
-#: lambda_reg="auto": this fraction of the kernel's mean eigenvalue, trace(Phi^T Phi) / d.
+#: lambda_reg="auto": this fraction of trace(Phi^T Phi), the sum of the kernel's eigenvalues.
 AUTO_RIDGE = 1e-6
-#: Condition numbers of Phi^T Phi + lambda I above this get a warning.
-CONDITION_WARNING = 1e10
+#: Condition numbers of Phi^T Phi + lambda I above this get a warning: float32 features resolve
+#: the kernel's eigenvalues only down to about 1e-7 of the largest.
+CONDITION_WARNING = 1e7
 #: Device bytes of a projection matrix held whole; larger ones are applied in chunks of rows.
 PROJECTION_BYTES = 256 * 2**20
 #: Host bytes of one float64 block of training features (or of test rows times the kernel).
@@ -134,21 +135,26 @@ class TRAK:
     proj_dim : int or None
         Dimension ``d`` of the features: gradients are multiplied by a seeded Rademacher matrix
         (entries +-1/sqrt(d), drawn with NumPy, one matrix per checkpoint, the same in both
-        frameworks). Use ``d`` well below the number of training examples: with ``d >= n_train``
-        the kernel interpolates the training set and scores carry little information (a
-        warning says so). ``None``: no projection, exact gradients (``d`` = the number of
-        trainable parameters, at most 16,384).
+        frameworks). Use ``d`` below the number of training examples, as TRAK was published:
+        with ``d >= n_train``, ``Phi^T Phi`` (rank at most ``n_train``) is singular or nearly
+        so, only the ridge keeps it invertible, the kernel (nearly) interpolates the training
+        set (a training example scored as a target is explained mostly by itself) and the
+        scores depend on ``lambda_reg``; a warning says so (traker, with lambda 0, returns
+        meaningless scores there without one). ``None``: no projection, exact gradients (``d``
+        = the number of trainable parameters, at most 16,384).
     lambda_reg : "auto" or float
-        Ridge ``lambda`` added to the kernel. ``"auto"`` (default): ``1e-6 * trace(Phi^T Phi) /
-        d``, one millionth of the kernel's mean eigenvalue, per checkpoint. On one-hot DNA the
-        sum over the 4 bases of every convolution offset's weights acts as a second bias (every
-        position holds exactly one base), so gradients of conv nets have exact null directions
-        and ``Phi^T Phi`` is near-singular (condition numbers of 1e7 and beyond); float32
-        gradients resolve its eigenvalues only down to about 1e-7 of the largest. The relative
-        ridge keeps the condition number below ``1e6 d`` and damps only directions carrying less
-        than a millionth of the average eigenvalue; being relative, it does not depend on the
-        scale of the gradients. A float is an absolute ``lambda`` (0 allowed). A warning gives
-        the condition number when it exceeds 1e10.
+        Ridge ``lambda`` added to the kernel. ``"auto"`` (default): ``1e-6 * trace(Phi^T Phi)``
+        per checkpoint, a millionth of the sum of the kernel's eigenvalues (so at least a
+        millionth of the largest). On one-hot DNA the sum over the 4 bases of every convolution
+        offset's weights acts as a second bias (every position holds exactly one base), so the
+        gradients of conv nets have exact null directions and ``Phi^T Phi`` is near-singular
+        (condition numbers of 1e7 and far beyond); and float32 features resolve its eigenvalues
+        only down to about 1e-7 of the largest (rounding of 6e-8 per entry), below which the
+        inverse amplifies rounding. The relative ridge keeps the condition number at most
+        ``1 + 1e6``, just inside that resolution, damps only directions with less than a
+        millionth of the total variance, and, being relative, does not depend on the scale of
+        the gradients. A float is an absolute ``lambda`` (0 allowed). A warning gives the
+        condition number when it exceeds 1e7.
     random_state : int, numpy.random.Generator or None
         Seed of the projections (checkpoint ``c`` uses the seed sequence ``(seed, c)``).
     batch_size : int or "auto"
@@ -276,10 +282,12 @@ class TRAK:
             which = f"proj_dim={dim}" if self.proj_dim is not None else f"{dim} parameters"
             warnings.warn(
                 f"TRAK.fit: {which} >= {n_train} training examples. With at least as many "
-                "features as training examples the kernel interpolates the training set: "
-                "each training example explains itself and the scores of other examples carry "
-                "little information (traker returns such scores without a warning). Use a "
-                "proj_dim well below the number of training examples.",
+                f"features as training examples, Phi^T Phi (rank at most {n_train}) is singular "
+                "or nearly so: only lambda_reg keeps it invertible, the kernel (nearly) "
+                "interpolates the training set, so a training example scored as a "
+                "target is explained mostly by itself, and the scores depend on lambda_reg "
+                "(traker, with lambda 0, returns meaningless scores here without a warning). "
+                "Use a proj_dim below the number of training examples, as TRAK was published.",
                 SeqAttribWarning,
                 stacklevel=2,
             )
@@ -449,7 +457,7 @@ class TRAK:
             gram += part.T @ part
         trace = float(np.trace(gram))
         if self.lambda_reg == "auto":
-            lam = AUTO_RIDGE * trace / dim
+            lam = AUTO_RIDGE * trace
         else:
             lam = float(self.lambda_reg)
         gram[np.diag_indices(dim)] += lam

@@ -75,7 +75,7 @@ def closed_form_trak(
             G, g = G @ matrix.astype(np.float64), g @ matrix.astype(np.float64)
         kernel = G.T @ G
         dim = kernel.shape[0]
-        lam = 1e-6 * np.trace(kernel) / dim if lambda_reg == "auto" else float(lambda_reg)
+        lam = 1e-6 * np.trace(kernel) if lambda_reg == "auto" else float(lambda_reg)
         lambdas.append(lam)
         total = total + (g @ np.linalg.solve(kernel + lam * np.eye(dim), G.T)) * Q
     return np.asarray(total) / len(states), lambdas
