@@ -278,11 +278,13 @@ def ism(
         Reuse what a mutation cannot change: each layer up to the first global one (dense,
         flatten, global pooling) is recomputed only inside the window of positions the mutated
         base can reach; the rest of the model runs as usual. Same scores as ``fast=False`` up
-        to float32 rounding. ``"auto"`` uses it when the model's structure makes it pay (the
-        windows cost at most half of full passes through those layers); ``True`` whenever the
-        model can be split. A model that cannot be split (an unsupported layer, or a check
-        batch the fast path does not reproduce) runs the exact path with one
-        ``SeqAttribWarning`` naming the reason. Decided once per model, input shape and device.
+        to float32 rounding. ``"auto"`` uses it on a CPU when the model's structure makes it
+        pay (the windows cost at most half of full passes through those layers), never on a
+        GPU (where the small windowed operations are launch-bound); ``True`` whenever the model
+        can be split. A model that cannot be split (an unsupported layer, or a check batch the
+        fast path does not reproduce) runs the exact path with one ``SeqAttribWarning`` naming
+        the reason (under ``"auto"`` not for a model with no local layer at all). Decided once
+        per model, input shape and device.
     alphabet_axis : {None, 1, -1}
         The axis of X holding A, C, G, T; inferred when unambiguous.
     batch_size : int or "auto"
@@ -321,7 +323,10 @@ def ism(
 
     def make_kernel(be: Backend, targets: list[int], seed: int, todo: SequenceSource) -> IsmKernel:
         forward = None
-        if fast is not False:
+        # "auto" stays on the exact path on accelerators: there the many small windowed
+        # operations are launch-bound (an H200 ran the windowed BPNet- and Basset-like scans
+        # 2-3x slower than the exact ones at batch_size=128)
+        if fast is True or (fast == "auto" and not be.on_accelerator()):
             plan = _fast_plan(be, model, source, output_fn, str(device), fast is True)
             if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
                 forward = fast_forward(be, plan, source.alphabet_axis)

@@ -172,6 +172,10 @@ def test_auto_decides_from_the_structure(monkeypatch):
     sa.ism(wide, models.random_one_hot(1, 12, seed=9, layout="NCL"), fast="auto")
     assert plan_of(wide).cost_ratio > _fast_ism.AUTO_MAX_COST_RATIO
     assert used == [True, False]
+    # on an accelerator "auto" keeps the exact path (the windowed ops are launch-bound there)
+    monkeypatch.setattr(type(sa.get_backend(small_field)), "on_accelerator", lambda self: True)
+    sa.ism(small_field, X, fast="auto")
+    assert used == [True, False, False]
 
 
 def _recording(init, used):

@@ -5,13 +5,17 @@ size probe climbs to large batches, paths the CPU suite only reaches through swi
 tests run them for real. They skip without a CUDA device (CI has none); run them with
 ``python -m pytest -q tests/test_gpu.py`` on a machine that has one.
 
-CUDA against CPU is held to ``CROSS_FRAMEWORK`` (1e-4 relative): cuDNN and the CPU's
-convolutions sum in different orders (TF32 is off), which moved IG of the 9-layer BPNet-like
-model by up to 3.4e-5 on an H200; a wrong row, weight or target moves it by O(1). Two paths on
-the same device are held to ``FLOAT32``.
+CUDA against CPU: cuDNN picks its float32 convolution algorithms per run (TF32 is off), and
+through the 10 convolutions of the BPNet-like model the gradients moved by 3.4e-5 in one H200
+run and 1.2e-4 in another (values below 1). Gradients across devices are held to 1e-3 of their
+largest value (``ACROSS_DEVICES``); a wrong row, weight or target moves them by O(1). Forward-only
+results (ISM, TracIn) are held to ``CROSS_FRAMEWORK`` and two paths on the same device to
+``FLOAT32``.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import models
 import numpy as np
@@ -21,12 +25,21 @@ from data_attribution import tracin_models as tm
 from helpers import CROSS_FRAMEWORK, FLOAT32, assert_close
 
 import seqattrib as sa
+from seqattrib._errors import SeqAttribWarning
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 LENGTH = 200
+ACROSS_DEVICES = 1e-3
+
+
+def assert_relative(actual: np.ndarray, desired: np.ndarray, tol: float = ACROSS_DEVICES) -> None:
+    assert actual.shape == desired.shape
+    error = float(np.abs(actual - desired).max() / np.abs(desired).max())
+    print(f"max|diff| / max|desired| = {error:.2e}")  # shown with pytest -s
+    assert error <= tol, f"max|diff| / max|desired| = {error:.2e} > {tol:g}"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +63,7 @@ def test_ig_with_three_targets_matches_the_cpu(bpnet, X):
     )
     assert next(bpnet.parameters()).device.type == "cpu"  # moved back after the call
     assert gpu.shape == (7, 3, 4, LENGTH)
-    assert_close(gpu, cpu, CROSS_FRAMEWORK)
+    assert_relative(gpu, cpu)
 
 
 def test_vectorised_and_sequential_targets_agree_on_cuda(bpnet, X, monkeypatch):
@@ -70,13 +83,13 @@ def test_eig_matches_the_cpu_and_moves_one_track_per_sequence(bpnet, X):
     backend.transfers.reset()
     gpu = sa.expected_integrated_gradients(bpnet, X, device="cuda", **kwargs)
     assert backend.transfers.to_host == 7 * 2 * LENGTH * 4 * 4
-    assert_close(gpu, cpu, CROSS_FRAMEWORK)
+    assert_relative(gpu, cpu)
 
 
 def test_auto_batch_size_on_cuda_matches_a_fixed_one(bpnet, X):
     auto = sa.integrated_gradients(bpnet, X, n_steps=30, batch_size="auto", device="cuda")
     fixed = sa.integrated_gradients(bpnet, X, n_steps=30, batch_size=16)
-    assert_close(auto, fixed, CROSS_FRAMEWORK)
+    assert_relative(auto, fixed)
 
 
 def test_ism_matches_the_cpu(bpnet, X):
@@ -98,3 +111,24 @@ def test_tracin_matches_the_cpu(mode):
         .scores(X_test, y_test)
     )
     assert_close(gpu, cpu, CROSS_FRAMEWORK)
+
+
+@pytest.mark.parametrize("kind", ["bpnet", "basset"])
+def test_fast_ism_on_cuda_matches_the_exact_path_on_the_cpu(kind):
+    weights = models.bpnet_weights() if kind == "bpnet" else models.basset_weights(LENGTH)
+    model = models.torch_model(kind, weights, "NCL")
+    X = models.random_one_hot(2, LENGTH, seed=4, layout="NCL")
+    exact = sa.ism(model, X, target=[0, 1], fast=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeqAttribWarning)  # the fast path, not a fallback
+        fast = sa.ism(model, X, target=[0, 1], fast=True, device="cuda", batch_size=97)
+    assert_close(fast, exact, CROSS_FRAMEWORK)
+
+
+def test_fast_auto_takes_the_exact_path_on_cuda():
+    from seqattrib import _fast_ism
+
+    model = models.torch_model("basset", models.basset_weights(LENGTH), "NCL")
+    X = models.random_one_hot(1, LENGTH, seed=4, layout="NCL")
+    sa.ism(model, X, fast="auto", device="cuda")
+    assert not _fast_ism._PLANS.get(model)  # no plan was even made

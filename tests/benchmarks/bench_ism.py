@@ -440,6 +440,7 @@ def fast_rows(
     tangermeme: tuple[Any, str] | None,
     rows: list[Row],
     notes: list[str],
+    device: str = "cpu",
 ) -> None:
     """fast ÷ exact ISM on one sequence, and tangermeme fast=True ÷ ours fast=True (torch)."""
     from seqattrib import _fast_ism
@@ -455,13 +456,18 @@ def fast_rows(
         name = f"ours fast={fast}"
 
         def run() -> None:
-            results[name] = ours(model, X, window, length, batch_size=BATCH, fast=fast)
+            results[name] = ours(
+                model, X, window, length, batch_size=BATCH, fast=fast, device=device
+            )
 
-        return Variant(name, run, lambda: ours(model, X, WARM_WINDOW, length, fast=fast))
+        def warm() -> None:
+            ours(model, X, WARM_WINDOW, length, batch_size=BATCH, fast=fast, device=device)
+
+        return Variant(name, run, warm)
 
     variants = [variant(False), variant(True)]
     fallbacks: list[str] = []
-    module = None if tangermeme is None else tangermeme[0]
+    module = None if tangermeme is None or device != "cpu" else tangermeme[0]
     if module is not None:
         X_t = side.tensor(X)
         try:
@@ -484,7 +490,9 @@ def fast_rows(
         if isinstance(plan, _fast_ism.FastPlan)
         else f"no fast path: {plan.reason}"
     )
-    scan = f"N=1, positions {start}:{end} ({3 * (end - start)} mutants), batch_size={BATCH}"
+    scan = f"N=1, positions {start}:{end} ({3 * (end - start)} mutants), batch_size={BATCH}" + (
+        "" if device == "cpu" else f", {device}"
+    )
     rows.append(
         Row.ratio_row(
             label,
@@ -804,6 +812,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--repeats", type=int, default=None, help="timed repeats of every comparison"
     )
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, or cuda for the fast-ISM rows (use --models none)"
+    )
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_probe:
@@ -822,6 +833,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--backends must name torch and/or tensorflow, got {args.backends!r}")
     if set(kinds) - {"bpnet", "crested"}:
         parser.error(f"--models must name bpnet and/or crested (or none), got {args.models!r}")
+    if args.device != "cpu" and kinds:
+        parser.error("--device applies to the fast-ISM rows only: add --models none")
     if set(fast_kinds) - {"bpnet", "basset"}:
         parser.error(f"--fast-models must name bpnet and/or basset, got {args.fast_models!r}")
     plan = QUICK if args.quick else FULL
@@ -879,14 +892,15 @@ def main(argv: list[str] | None = None) -> None:
                 tangermeme if side.name == "torch" else None,
                 rows,
                 notes,
+                args.device,
             )
 
     print("\n".join(header))
     print(f"load average at end (1/5/15 min): {load_average()}")
     print(
-        "device: cpu; each variant warmed up once (a 50-position window of one sequence), then "
-        "the variants of a comparison timed in turn; medians over the repeats named per row"
-        + ("; --quick: windows of positions, not full scans" if args.quick else "")
+        f"device: {args.device}; each variant warmed up once (a 50-position window of one "
+        "sequence), then the variants of a comparison timed in turn; medians over the repeats "
+        "named per row" + ("; --quick: windows of positions, not full scans" if args.quick else "")
     )
     print()
     print(markdown_table(rows))

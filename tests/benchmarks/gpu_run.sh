@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks, as one script for a borrowed CUDA machine that has torch but may lack captum
 # (carry its wheel in .whl/) and TensorFlow (its rows are skipped: --backends torch).
-#   bash tests/benchmarks/gpu_run.sh [OUTPUT_DIR]
-# Runs tests/test_gpu.py (CUDA vs CPU equality) and the torch GPU benchmarks; logs to OUTPUT_DIR.
+#   bash tests/benchmarks/gpu_run.sh [OUTPUT_DIR] [STEPS]
+# STEPS: a comma-separated subset of tests,targets,tracin,gradients,ism (default: all).
+# Logs go to OUTPUT_DIR (default $OUT, else /tmp/seqattrib-gpu), one file per step.
 set -o pipefail
 out=${1:-${OUT:-/tmp/seqattrib-gpu}}
+steps=${2:-tests,targets,tracin,gradients,ism}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -14,16 +16,18 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 status=0
-run() {  # run NAME SECONDS COMMAND...: log to $out/NAME.log, remember a failure
+run() {  # run STEP SECONDS COMMAND...: log to $out/STEP.log, remember a failure
     local name=$1 seconds=$2
     shift 2
+    [[ ",$steps," == *",$name,"* ]] || return 0
     echo "=== $name: $*"
     timeout "$seconds" "$@" 2>&1 | tee "$out/$name.log" || status=1
 }
-run gpu_tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py
-run bench_targets 60 python3 tests/benchmarks/bench_targets.py --device cuda --backends torch \
+run tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py
+run targets 60 python3 tests/benchmarks/bench_targets.py --device cuda --backends torch \
     --n-sequences 64 --batch-size 1024
-run bench_data_attribution 120 python3 tests/benchmarks/bench_data_attribution.py \
-    --backends torch --device cuda
-run bench_gradients 280 python3 tests/benchmarks/bench_gradients.py --device cuda --backends torch
+run tracin 120 python3 tests/benchmarks/bench_data_attribution.py --backends torch --device cuda
+run gradients 280 python3 tests/benchmarks/bench_gradients.py --device cuda --backends torch
+run ism 150 python3 tests/benchmarks/bench_ism.py --device cuda --backends torch --models none \
+    --repeats 3
 exit $status
