@@ -15,8 +15,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+# float32 everywhere (the per-backend API; mixing it with the legacy allow_tf32 flags raises)
+for _setting in (torch.backends.cudnn.conv, torch.backends.cudnn.rnn, torch.backends.cuda.matmul):
+    _setting.fp32_precision = "ieee"
 # The toy models are tiny: one thread per framework is as fast, and steady on a busy machine.
 torch.set_num_threads(1)
 

@@ -20,14 +20,34 @@ _DTYPES = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32}
 def _full_float32() -> Iterator[None]:
     """TF32 off inside a call (restored after): cuDNN's default TF32 convolutions keep 10
     mantissa bits, which moved EIG of the CREsted-like benchmark model by 1e-2 of its largest
-    value on an H200; attributions are computed in full float32 instead."""
+    value on an H200; attributions are computed in full float32 instead.
+
+    torch 2.9+ has per-backend ``fp32_precision`` settings, and reading the legacy
+    ``allow_tf32`` flags after a mix of the two APIs raises; so the new API is used where it
+    exists (conv, RNN and matmul set to "ieee"), the legacy flags elsewhere.
+    """
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    saved = cudnn.allow_tf32, matmul.allow_tf32
+    settings = [
+        getattr(cudnn, "conv", None),
+        getattr(cudnn, "rnn", None),
+        matmul,
+    ]
+    if all(hasattr(s, "fp32_precision") for s in settings):
+        saved = [s.fp32_precision for s in settings]
+        for setting in settings:
+            setting.fp32_precision = "ieee"
+        try:
+            yield
+        finally:
+            for setting, value in zip(settings, saved, strict=True):
+                setting.fp32_precision = value
+        return
+    flags = cudnn.allow_tf32, matmul.allow_tf32
     cudnn.allow_tf32 = matmul.allow_tf32 = False
     try:
         yield
     finally:
-        cudnn.allow_tf32, matmul.allow_tf32 = saved
+        cudnn.allow_tf32, matmul.allow_tf32 = flags
 
 
 def _positions(x: torch.Tensor, start: int, width: int, axis: int) -> torch.Tensor:

@@ -101,6 +101,8 @@ def test_model_returns_to_its_device_after_a_cuda_run(conv_weights):
 
 
 def test_torch_calls_run_in_full_float32_and_restore_the_tf32_flags(conv_weights):
+    """Inside a call: conv, RNN and matmul at float32 ("ieee"); after it: the user's settings."""
+    settings = [torch.backends.cudnn.conv, torch.backends.cudnn.rnn, torch.backends.cuda.matmul]
     seen = []
 
     class Probe(torch.nn.Module):
@@ -109,14 +111,16 @@ def test_torch_calls_run_in_full_float32_and_restore_the_tf32_flags(conv_weights
             self.inner = make_model("torch", "convnet", conv_weights, "NLC")
 
         def forward(self, x):
-            seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+            seen.append(tuple(s.fp32_precision for s in settings))
             return self.inner(x)
 
-    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    saved = [s.fp32_precision for s in settings]
+    for s in settings:
+        s.fp32_precision = "tf32"
     try:
         sa.saliency(Probe(), random_one_hot(2, LENGTH))
-        assert seen and set(seen) == {(False, False)}
-        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+        assert seen and set(seen) == {("ieee", "ieee", "ieee")}
+        assert [s.fp32_precision for s in settings] == ["tf32"] * 3
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = flags
+        for s, value in zip(settings, saved, strict=True):
+            s.fp32_precision = value

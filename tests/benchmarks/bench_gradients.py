@@ -795,7 +795,12 @@ def main(argv: list[str] | None = None) -> None:
         sides.append(TorchSide(args.device))
         # seqattrib computes in full float32 (TF32 off inside its calls); so does everything else
         # here, so both sides of a comparison do the same arithmetic.
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        for setting in (
+            torch.backends.cudnn.conv,
+            torch.backends.cudnn.rnn,
+            torch.backends.cuda.matmul,
+        ):
+            setting.fp32_precision = "ieee"
     if "tensorflow" in backends:
         import keras
         import tensorflow as tf

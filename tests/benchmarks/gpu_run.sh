@@ -2,11 +2,11 @@
 # The GPU checks, as one script for a borrowed CUDA machine that has torch but may lack captum
 # (carry its wheel in .whl/) and TensorFlow (its rows are skipped: --backends torch).
 #   bash tests/benchmarks/gpu_run.sh [OUTPUT_DIR] [STEPS]
-# STEPS: a comma-separated subset of tests,targets,tracin,gradients,ism (default: all).
+# STEPS: a comma-separated subset of precision,tests,targets,tracin,gradients,ism (default: all).
 # Logs go to OUTPUT_DIR (default $OUT, else /tmp/seqattrib-gpu), one file per step.
 set -o pipefail
 out=${1:-${OUT:-/tmp/seqattrib-gpu}}
-steps=${2:-tests,targets,tracin,gradients,ism}
+steps=${2:-precision,tests,targets,tracin,gradients,ism}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -23,6 +23,7 @@ run() {  # run STEP SECONDS COMMAND...: log to $out/STEP.log, remember a failure
     echo "=== $name: $*"
     timeout "$seconds" "$@" 2>&1 | tee "$out/$name.log" || status=1
 }
+run precision 60 python3 tests/benchmarks/gpu_precision.py
 run tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py
 run targets 60 python3 tests/benchmarks/bench_targets.py --device cuda --backends torch \
     --n-sequences 64 --batch-size 1024
