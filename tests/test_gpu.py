@@ -5,12 +5,14 @@ size probe climbs to large batches, paths the CPU suite only reaches through swi
 tests run them for real. They skip without a CUDA device (CI has none); run them with
 ``python -m pytest -q tests/test_gpu.py`` on a machine that has one.
 
-CUDA against CPU: cuDNN picks its float32 convolution algorithms per run (TF32 is off), and
-through the 10 convolutions of the BPNet-like model the gradients moved by 3.4e-5 in one H200
-run and 1.2e-4 in another (values below 1). Gradients across devices are held to 1e-3 of their
-largest value (``ACROSS_DEVICES``); a wrong row, weight or target moves them by O(1). Forward-only
-results (ISM, TracIn) are held to ``CROSS_FRAMEWORK`` and two paths on the same device to
-``FLOAT32``.
+CUDA against CPU: cuDNN's float32 convolutions are far less accurate than the CPU's here. On
+an H200 (torch 2.11, TF32 off through ``fp32_precision="ieee"``), saliency of the 9-layer
+BPNet-like model was 2.1e-3 (relative to its largest value) from a float64 reference, against
+2.4e-7 on the CPU (tests/benchmarks/gpu_precision.py; with TF32 on, 3.9e-2), and IG and EIG on
+CUDA differed from the CPU by 1.5e-3 and 1.1e-3. Gradients across devices are therefore held to
+5e-3 of their largest value (``ACROSS_DEVICES``); a wrong row, weight or target moves them by
+O(1). Forward-only results (ISM, TracIn) are held to ``CROSS_FRAMEWORK`` and two paths on the
+same device to ``FLOAT32``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 LENGTH = 200
-ACROSS_DEVICES = 1e-3
+ACROSS_DEVICES = 5e-3
 
 
 def assert_relative(actual: np.ndarray, desired: np.ndarray, tol: float = ACROSS_DEVICES) -> None:
