@@ -54,9 +54,11 @@ class RandomProjection:
         if self.kind == "gaussian":
             return rng.standard_normal((rows, self.proj_dim), dtype=np.float32) * scale
         size = rows * self.proj_dim
-        bits = np.unpackbits(np.frombuffer(rng.bytes(-(-size // 8)), np.uint8), count=size)
-        signs = np.float32(2) * bits.astype(np.float32) - np.float32(1)
-        return (signs * scale).reshape(rows, self.proj_dim)
+        # one random bit per entry, most significant bit of each byte first: a byte indexes
+        # its 8 entries in a table of signs
+        table = (np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1) * 2.0 - 1) * scale
+        signs = table.astype(np.float32)[np.frombuffer(rng.bytes(-(-size // 8)), np.uint8)]
+        return signs.reshape(-1)[:size].reshape(rows, self.proj_dim)
 
     def blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
         """``(start, stop, rows)``: the matrix in row blocks, rows of shape (stop - start, d)."""

@@ -74,10 +74,13 @@ def test_exact_equals_the_closed_form(weights, states, train_set, test_set):
     closed form by 2e-6)."""
     trak = sa.TRAK(make(weights), states, proj_dim=None).fit(*train_set)
     ours = trak.scores(*test_set)
-    reference, lambdas = closed_form_trak(lambda: make(weights), states, train_set, test_set)
+    reference, lambdas, conditions = closed_form_trak(
+        lambda: make(weights), states, train_set, test_set
+    )
     assert ours.dtype == np.float32 and ours.shape == (N_TEST, N_TRAIN)
     assert_close(ours, reference, CLOSED_FORM)
     np.testing.assert_allclose(trak.lambdas_, lambdas, rtol=CLOSED_FORM)
+    np.testing.assert_allclose(trak.conditions_, conditions, rtol=1e-2)
     assert (trak.conditions_ <= 1 + 1e6).all()
     assert np.abs(ours).max() > 0.01  # not vacuous
 
@@ -86,7 +89,7 @@ def test_absolute_ridge_equals_the_closed_form(weights, states, train_set, test_
     """A float lambda_reg is an absolute ridge; large enough here for a well-conditioned kernel,
     where float32 gradients meet the float64 closed form to 1e-6."""
     trak = sa.TRAK(make(weights), states, proj_dim=None, lambda_reg=0.05).fit(*train_set)
-    reference, _ = closed_form_trak(
+    reference, _, _ = closed_form_trak(
         lambda: make(weights), states, train_set, test_set, lambda_reg=0.05
     )
     np.testing.assert_array_equal(trak.lambdas_, [0.05, 0.05])
@@ -100,7 +103,7 @@ def test_projected_equals_the_closed_form_with_the_documented_projection(
     """Rademacher matrix per checkpoint from the seed sequence (random_state, c), gradients in
     the Keras layout: the reference builds all of it from the documented recipe."""
     trak = sa.TRAK(make(weights), states, proj_dim=32, random_state=5).fit(*train_set)
-    reference, lambdas = closed_form_trak(
+    reference, lambdas, _ = closed_form_trak(
         lambda: make(weights), states, train_set, test_set, proj_dim=32, random_state=5
     )
     assert_close(trak.scores(*test_set), reference, CLOSED_FORM)
@@ -120,7 +123,7 @@ def test_binary_and_regression_equal_the_closed_form(task, test_set):
     model = models.torch_model("convnet", ws[0], "NLC")
     trak = sa.TRAK(model, states, task=task, proj_dim=None, lambda_reg=0.05).fit(X, y)
     ours = trak.scores(test_set[0], y_test)
-    reference, _ = closed_form_trak(
+    reference, _, _ = closed_form_trak(
         lambda: models.torch_model("convnet", ws[0], "NLC"),
         states,
         (X, y),
@@ -196,7 +199,9 @@ def test_a_second_model_never_sees_the_first_ones_state(weights, states, train_s
     other_states = [torch_state("convnet", w) for w in other_weights]
     second = sa.TRAK(make(other_weights), other_states, proj_dim=None).fit(*train_set)
     from_second = second.scores(*test_set)
-    reference, _ = closed_form_trak(lambda: make(other_weights), other_states, train_set, test_set)
+    reference, _, _ = closed_form_trak(
+        lambda: make(other_weights), other_states, train_set, test_set
+    )
     assert_close(from_second, reference, FLOAT32)
     assert np.abs(from_second - from_first).max() > 0.1 * np.abs(from_first).max()
     np.testing.assert_array_equal(first.scores(*test_set), from_first)
@@ -220,6 +225,7 @@ def test_cache_file_round_trip(tmp_path, monkeypatch, weights, states, train_set
     assert calls == []
     np.testing.assert_array_equal(again.scores(*test_set), expected)
     np.testing.assert_array_equal(again.lambdas_, trak.lambdas_)
+    np.testing.assert_array_equal(again.conditions_, trak.conditions_)
 
 
 @pytest.mark.parametrize("change", ["checkpoints", "data", "labels", "settings"])
@@ -278,7 +284,7 @@ def test_frozen_parameters_are_left_out(weights, states, train_set, test_set):
             p.requires_grad_(False)
         return _OnlyTrainable(m)
 
-    reference, _ = closed_form_trak(unfrozen, states, train_set, test_set, lambda_reg=0.05)
+    reference, _, _ = closed_form_trak(unfrozen, states, train_set, test_set, lambda_reg=0.05)
     assert_close(trak.scores(*test_set), reference, CLOSED_FORM)
 
 
@@ -312,6 +318,10 @@ def test_warnings_for_projection_at_least_n_train_and_ill_conditioning(
     with pytest.warns(sa.SeqAttribWarning, match=r"condition number \d.*e\+\d\d.*lambda = 1e-12"):
         trak = sa.TRAK(make(weights), states, proj_dim=None, lambda_reg=1e-12).fit(*train_set)
     assert (trak.conditions_ > trak_module.CONDITION_WARNING).all()
+    _, _, conditions = closed_form_trak(
+        lambda: make(weights), states, train_set, (X[:1], y[:1]), lambda_reg=1e-12
+    )
+    assert (np.array(conditions) > trak_module.CONDITION_WARNING).all()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         auto = sa.TRAK(make(weights), states, proj_dim=None).fit(*train_set)

@@ -60,9 +60,10 @@ def closed_form_trak(
     lambda_reg: float | str = "auto",
     proj_dim: int | None = None,
     random_state: int = 0,
-) -> tuple[np.ndarray, list[float]]:
-    """mean_c phi_c(test) (Phi_c^T Phi_c + lambda_c I)^-1 Phi_c^T diag(Q_c); and the lambdas."""
-    total, lambdas = 0.0, []
+) -> tuple[np.ndarray, list[float], list[float]]:
+    """mean_c phi_c(test) (Phi_c^T Phi_c + lambda_c I)^-1 Phi_c^T diag(Q_c); the lambdas and
+    the condition numbers of the kernels."""
+    total, lambdas, conditions = 0.0, [], []
     for index, state in enumerate(states):
         model = make_model()
         model.load_state_dict(state)
@@ -77,5 +78,6 @@ def closed_form_trak(
         dim = kernel.shape[0]
         lam = 1e-6 * np.trace(kernel) if lambda_reg == "auto" else float(lambda_reg)
         lambdas.append(lam)
+        conditions.append(np.linalg.cond(kernel + lam * np.eye(dim)))
         total = total + (g @ np.linalg.solve(kernel + lam * np.eye(dim), G.T)) * Q
-    return np.asarray(total) / len(states), lambdas
+    return np.asarray(total) / len(states), lambdas, conditions
