@@ -341,6 +341,7 @@ def cmd_ism(args: argparse.Namespace) -> str:
             X,
             positions=positions,
             score=args.score,
+            fast={"auto": "auto", "yes": True, "no": False}[args.fast],
             regions=regions,
             **_common_run(args, framework),
         )
@@ -561,6 +562,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_and_sequences(p)
     p.add_argument("--positions", help="start:end window to scan (default: all)")
     p.add_argument("--score", choices=["delta", "log_ratio"], default="delta")
+    p.add_argument(
+        "--fast",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="fast ISM: recompute only the windows a mutation can change (default: auto)",
+    )
     _add_run(p)
     p.set_defaults(run=cmd_ism)
 

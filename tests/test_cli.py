@@ -262,3 +262,16 @@ def test_model_files(kind, fasta, tmp_path, capsys):
         expected = expected.transpose(0, 2, 1)
     assert_close(read_tracks(out).attributions, expected, 1e-4)
     np.testing.assert_array_equal(read_tracks(out).sequences, X)
+
+
+def test_ism_fast_flag_gives_the_exact_scores(genome, tmp_path):
+    tracks = {}
+    for fast in ("yes", "no"):
+        out = tmp_path / f"ism_{fast}.h5"
+        args = ["ism", "--model", MODEL, "--genome", str(genome / "g.fa"), "--regions"]
+        args += [str(genome / "peaks.bed"), "--length", "200", "--positions", "90:110"]
+        with pytest.warns(sa.SeqAttribWarning, match="1"):  # the window off chr1's end
+            assert main([*args, "--fast", fast, "--out", str(out), "--quiet"]) == 0
+        tracks[fast] = read_tracks(out).attributions
+    scale = np.abs(tracks["no"]).max()
+    assert scale > 0 and np.abs(tracks["yes"] - tracks["no"]).max() <= 1e-5 * scale
