@@ -67,7 +67,8 @@ class GraphUnsupported(Exception):
 
 
 class NothingLocal(GraphUnsupported):
-    """The first layer reading the input already needs every position: nothing to reuse.
+    """No fast path by design rather than by an unsupported layer: the first layer reading the
+    input already needs every position (nothing to reuse), or the model is of a kind whose
+    graph this backend does not read (a Keras model on the torch backend).
 
-    Unlike an unsupported layer this is a plain fact of the architecture, so ``fast="auto"``
-    takes the exact path without a warning; ``fast=True`` still warns."""
+    ``fast="auto"`` then takes the exact path without a warning; ``fast=True`` still warns."""

@@ -71,6 +71,11 @@ def torch_local_graph(model: Any, row_shape: tuple[int, int], length_axis: int) 
     """
     if not isinstance(model, nn.Module):
         raise GraphUnsupported(f"{type(model).__name__} is not a torch.nn.Module")
+    if type(model).__module__.split(".")[0] == "keras":
+        raise NothingLocal(
+            "its graph is read for Keras models on the TensorFlow backend only "
+            "(this one runs on the torch backend)"
+        )
     try:
         traced = fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001 - any tracing failure means: no fast path
