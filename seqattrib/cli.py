@@ -341,7 +341,7 @@ def cmd_ism(args: argparse.Namespace) -> str:
             X,
             positions=positions,
             score=args.score,
-            fast={"auto": "auto", "yes": True, "no": False}[args.fast],
+            fast="auto" if args.fast == "auto" else args.fast == "yes",
             regions=regions,
             **_common_run(args, framework),
         )

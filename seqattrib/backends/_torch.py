@@ -27,11 +27,7 @@ def _full_float32() -> Iterator[None]:
     exists (conv, RNN and matmul set to "ieee"), the legacy flags elsewhere.
     """
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    settings = [
-        getattr(cudnn, "conv", None),
-        getattr(cudnn, "rnn", None),
-        matmul,
-    ]
+    settings: list[Any] = [getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None), matmul]
     if all(hasattr(s, "fp32_precision") for s in settings):
         saved = [s.fp32_precision for s in settings]
         for setting in settings:
