@@ -28,6 +28,8 @@ def test_public_names():
         "decode",
         "project",
         "SeqAttribWarning",
+        "TracIn",
+        "TRAK",
         "__version__",
     ):
         assert hasattr(seqattrib, name)

@@ -366,3 +366,22 @@ def test_torch_and_keras_agree(weights, states, keras_pair, train_set, test_set,
     ours = sa.TRAK(keras_model, lists, **kwargs).fit(*train_set).scores(*test_set)
     assert_close(ours, theirs, CROSS_FRAMEWORK)
     assert np.abs(ours).max() > 0.01
+
+
+@pytest.mark.parametrize("task", ["binary", "regression"])
+def test_torch_and_keras_agree_on_one_output(task, train_set, test_set):
+    ws = small_weights(2, n_outputs=1, first_seed=20)
+    rng = np.random.default_rng(5)
+    if task == "binary":
+        y, y_test = rng.integers(0, 2, N_TRAIN), rng.integers(0, 2, N_TEST)
+    else:
+        y, y_test = rng.standard_normal(N_TRAIN), rng.standard_normal(N_TEST)
+    X, Xt = train_set[0], test_set[0]
+    states = [torch_state("convnet", w) for w in ws]
+    torch_model = models.torch_model("convnet", ws[0], "NLC")
+    theirs = sa.TRAK(torch_model, states, task=task, proj_dim=32).fit(X, y).scores(Xt, y_test)
+    keras_model = models.keras_model("convnet", ws[0], LENGTH, "NLC")
+    lists = [models.keras_model("convnet", w, LENGTH, "NLC").get_weights() for w in ws]
+    ours = sa.TRAK(keras_model, lists, task=task, proj_dim=32).fit(X, y).scores(Xt, y_test)
+    assert_close(ours, theirs, CROSS_FRAMEWORK)
+    assert np.abs(ours).max() > 0.01
