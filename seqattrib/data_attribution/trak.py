@@ -264,7 +264,9 @@ class TRAK:
             read instead of featurizing when it does. Its key is a hash of the checkpoints'
             content, the training data and labels, and every setting (task, proj_dim,
             lambda_reg, seed, batch size, parameters, backend): a file written for anything
-            else is refused with an error, never reused. Nothing is written anywhere else.
+            else is refused with an error, never reused (with ``random_state=None`` every
+            object draws a new seed, so no file is ever reused). Nothing is written anywhere
+            else.
 
         Returns
         -------
