@@ -103,3 +103,27 @@ def label_array(y: Any, n: int, param: str, func: str) -> np.ndarray:
             described=True,
         )
     return values
+
+
+def class_labels(values: np.ndarray, n_outputs: int, setting: str, param: str, func: str) -> Labels:
+    """Integer class labels of shape (n,), each in [0, n_outputs); ``setting`` names the option
+    that asks for them (e.g. "loss='cross_entropy'")."""
+    if values.dtype.kind not in "iu" or values.ndim != 1:
+        raise parameter_error(
+            func,
+            param,
+            f"integer class labels of shape (n,) for {setting}",
+            values,
+            "Pass class indices (not one-hot rows or floats), e.g. y.argmax(1).astype(int).",
+        )
+    bad = (values < 0) | (values >= n_outputs)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise parameter_error(
+            func,
+            param,
+            f"class labels in [0, {n_outputs}) (the model has {n_outputs} outputs)",
+            f"the label {values[i].item()!r} for sequence {i}",
+            described=True,
+        )
+    return Labels(values.astype(np.int64), "int64")

@@ -31,7 +31,7 @@ from ._common import HOST_BLOCK as _HOST_BLOCK
 from ._common import GradientPlan as _Plan
 from ._common import Labels as _Labels
 from ._common import checked_source as _source
-from ._common import gradient_plan, label_array, n_outputs
+from ._common import class_labels, gradient_plan, label_array, n_outputs
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .projection import RandomProjection
 
@@ -454,25 +454,7 @@ def _check_labels(
                 "Cross-entropy needs one output (logit) per class.",
                 described=True,
             )
-        if values.dtype.kind not in "iu" or values.ndim != 1:
-            raise parameter_error(
-                func,
-                param,
-                "integer class labels of shape (n,) for loss='cross_entropy'",
-                values,
-                "Pass class indices (not one-hot rows or floats), e.g. y.argmax(1).astype(int).",
-            )
-        bad = (values < 0) | (values >= n_outputs)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise parameter_error(
-                func,
-                param,
-                f"class labels in [0, {n_outputs}) (the model has {n_outputs} outputs)",
-                f"the label {values[i].item()!r} for sequence {i}",
-                described=True,
-            )
-        return _Labels(values.astype(np.int64), "int64")
+        return class_labels(values, n_outputs, "loss='cross_entropy'", param, func)
     if isinstance(loss, str):
         shapes = {(n, n_outputs)} | ({(n,), (n, 1)} if n_outputs == 1 else set())
         if values.shape not in shapes:

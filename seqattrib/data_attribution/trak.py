@@ -40,7 +40,15 @@ import numpy as np
 from .._errors import SeqAttribWarning, parameter_error
 from .._validation import SequenceSource, check_batch_size, check_positive_int, resolve_seed
 from ..backends import Backend, get_backend
-from ._common import HOST_BLOCK, GradientPlan, Labels, checked_source, gradient_plan, n_outputs
+from ._common import (
+    HOST_BLOCK,
+    GradientPlan,
+    Labels,
+    checked_source,
+    class_labels,
+    gradient_plan,
+    n_outputs,
+)
 from ._common import label_array as _label_array
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .projection import BLOCK_ROWS, RandomProjection
@@ -737,25 +745,7 @@ def _check_labels(y: Any, n: int, task: str, outputs: int, param: str, func: str
                 "task='classification' needs one output (logit) per class.",
                 described=True,
             )
-        if values.dtype.kind not in "iu" or values.ndim != 1:
-            raise parameter_error(
-                func,
-                param,
-                "integer class labels of shape (n,) for task='classification'",
-                values,
-                "Pass class indices (not one-hot rows or floats), e.g. y.argmax(1).astype(int).",
-            )
-        bad = (values < 0) | (values >= outputs)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise parameter_error(
-                func,
-                param,
-                f"class labels in [0, {outputs}) (the model has {outputs} outputs)",
-                f"the label {values[i].item()!r} for sequence {i}",
-                described=True,
-            )
-        return Labels(values.astype(np.int64), "int64")
+        return class_labels(values, outputs, "task='classification'", param, func)
     if outputs != 1:
         fix = (
             "Use task='classification' for one logit per class."
