@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,3 +129,19 @@ def class_labels(values: np.ndarray, n_outputs: int, setting: str, param: str, f
             described=True,
         )
     return Labels(values.astype(np.int64), "int64")
+
+
+def ranked(
+    score: Callable[[], np.ndarray], n_train: int, k: Any, proponents: Any, func: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """``top_k`` of TracIn and TRAK: check ``k`` and ``proponents``, then the ``k`` highest
+    (or lowest, most negative first) entries of each row of ``score()`` and their columns."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= int(k) <= n_train:
+        raise parameter_error(
+            func, "k", f"an integer in [1, {n_train}] (the number of training examples)", k
+        )
+    if not isinstance(proponents, bool):
+        raise parameter_error(func, "proponents", "True or False", proponents, error=TypeError)
+    scores = score()
+    order = np.argsort(-scores if proponents else scores, axis=1, kind="stable")[:, : int(k)]
+    return order.astype(np.int64), np.take_along_axis(scores, order, axis=1)

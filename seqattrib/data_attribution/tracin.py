@@ -16,7 +16,6 @@ checkpoints ``c`` of a training run. Written once against the backend protocol:
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,7 +30,7 @@ from ._common import HOST_BLOCK as _HOST_BLOCK
 from ._common import GradientPlan as _Plan
 from ._common import Labels as _Labels
 from ._common import checked_source as _source
-from ._common import class_labels, gradient_plan, label_array, n_outputs
+from ._common import class_labels, gradient_plan, label_array, n_outputs, ranked
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .projection import RandomProjection
 
@@ -323,15 +322,7 @@ class TracIn:
         func = "TracIn.top_k"
         fitted = self._require_fit(func)
         n_train = fitted.source.n_sequences
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n_train:
-            raise parameter_error(
-                func, "k", f"an integer in [1, {n_train}] (the number of training examples)", k
-            )
-        if not isinstance(proponents, bool):
-            raise parameter_error(func, "proponents", "True or False", proponents, error=TypeError)
-        scores = self._scores(X_test, y_test, func)
-        order = np.argsort(-scores if proponents else scores, axis=1, kind="stable")[:, :k]
-        return order.astype(np.int64), np.take_along_axis(scores, order, axis=1)
+        return ranked(lambda: self._scores(X_test, y_test, func), n_train, k, proponents, func)
 
     # ----------------------------------------------------------------- internals
     def _require_fit(self, func: str) -> _Fitted:

@@ -48,6 +48,7 @@ from ._common import (
     class_labels,
     gradient_plan,
     n_outputs,
+    ranked,
 )
 from ._common import label_array as _label_array
 from .checkpoints import Checkpoints, Visit, preserved_state
@@ -380,15 +381,7 @@ class TRAK:
         func = "TRAK.top_k"
         fitted = self._require_fit(func)
         n_train = fitted.n_train
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n_train:
-            raise parameter_error(
-                func, "k", f"an integer in [1, {n_train}] (the number of training examples)", k
-            )
-        if not isinstance(proponents, bool):
-            raise parameter_error(func, "proponents", "True or False", proponents, error=TypeError)
-        scores = self._scores(X_test, y_test, func)
-        order = np.argsort(-scores if proponents else scores, axis=1, kind="stable")[:, :k]
-        return order.astype(np.int64), np.take_along_axis(scores, order, axis=1)
+        return ranked(lambda: self._scores(X_test, y_test, func), n_train, k, proponents, func)
 
     # ----------------------------------------------------------------- internals
     def _require_fit(self, func: str) -> _Fitted:
