@@ -154,41 +154,14 @@ def _fast_plan(
     device_key: str,
     requested: bool,
 ) -> FastPlan | None:
-    """The cached fast-ISM plan, checked once against the model on a few mutants."""
+    """The fast-ISM plan (cached per model, shape and device), checked in every call against
+    the model itself on a batch of mutants, so that a model changed since the plan was made
+    (a swapped head, a new attribute value) or another ``output_fn`` can never reuse it."""
     length_axis = 1 if source.alphabet_axis == -1 else 2
     row_shape = tuple(source.row_shape)
 
     def check(plan: FastPlan) -> float:
-        rng = np.random.default_rng(0)
-        codes = rng.integers(0, 4, size=(2, source.length))
-        nlc = np.eye(4, dtype=np.float32)[codes]
-        x = nlc if length_axis == 1 else np.ascontiguousarray(nlc.transpose(0, 2, 1))
-        L = source.length
-        position = np.array([0, 1, L // 2, L - 1, 0, L // 3, L - 2, L - 1])[: 2 * min(L, 4)]
-        seq = np.repeat([0, 1], len(position) // 2)
-        base = (codes[seq, position] + 1 + np.arange(len(position)) % 3) % 4
-        mutants = nlc[seq].copy()
-        mutants[np.arange(len(seq)), position] = np.eye(4, dtype=np.float32)[base]
-        if length_axis == 2:
-            mutants = np.ascontiguousarray(mutants.transpose(0, 2, 1))
-        forward = fast_forward(be, plan, source.alphabet_axis)
-        *kept, raw = forward.reference(be.asarray(x))
-        fast = [
-            be.outputs(raw, output_fn),
-            be.outputs(
-                forward.mutant_outputs(
-                    kept,
-                    be.asarray(seq, "int64"),
-                    be.asarray(position, "int64"),
-                    be.asarray(base, "int64"),
-                ),
-                output_fn,
-            ),
-        ]
-        exact = [be.forward(model, be.asarray(a), output_fn) for a in (x, mutants)]
-        got = np.concatenate([be.to_numpy(t) for t in fast])
-        want = np.concatenate([be.to_numpy(t) for t in exact])
-        return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-6))
+        return _check_fast(be, model, plan, source, output_fn, length_axis)
 
     counted = be.transfers.to_host, be.transfers.to_device  # the check is not the job's work
     try:
@@ -203,6 +176,65 @@ def _fast_plan(
         )
     finally:
         be.transfers.to_host, be.transfers.to_device = counted
+
+
+#: Sequences and mutated positions of the check batch (positions at both ends and inside).
+_CHECK_SEQUENCES = 3
+
+
+def _check_fast(
+    be: Backend,
+    model: Any,
+    plan: FastPlan,
+    source: SequenceSource,
+    output_fn: Callable[[Any], Any] | None,
+    length_axis: int,
+) -> float:
+    """How far the fast path's ISM scores are from the exact path's on a check batch, as a
+    fraction of the allowed float32 rounding: a value above 1 means the plan is wrong.
+
+    Allowed: 1e-3 of the largest exact score plus 1e-5 of the largest output (float32
+    rounding of outputs that are large next to the scores; the fast path sums in a different
+    order). A wrong plan moves scores by a fraction of their size, far above that.
+    """
+    L = source.length
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 4, size=(_CHECK_SEQUENCES, L))
+    nlc = np.eye(4, dtype=np.float32)[codes]
+    x = nlc if length_axis == 1 else np.ascontiguousarray(nlc.transpose(0, 2, 1))
+    spots = np.unique(np.clip([0, 1, 2, L // 3, L // 2, 2 * L // 3, L - 3, L - 2, L - 1], 0, L - 1))
+    seq = np.repeat(np.arange(_CHECK_SEQUENCES), len(spots))
+    position = np.tile(spots, _CHECK_SEQUENCES)
+    base = (codes[seq, position] + 1 + np.arange(len(seq)) % 3) % 4
+    mutants = nlc[seq].copy()
+    mutants[np.arange(len(seq)), position] = np.eye(4, dtype=np.float32)[base]
+    if length_axis == 2:
+        mutants = np.ascontiguousarray(mutants.transpose(0, 2, 1))
+    forward = fast_forward(be, plan, source.alphabet_axis)
+    *kept, raw = forward.reference(be.asarray(x))
+    fast_reference = be.to_numpy(be.outputs(raw, output_fn))
+    fast_mutants = be.to_numpy(
+        be.outputs(
+            forward.mutant_outputs(
+                kept,
+                be.asarray(seq, "int64"),
+                be.asarray(position, "int64"),
+                be.asarray(base, "int64"),
+            ),
+            output_fn,
+        )
+    )
+    exact_reference = be.to_numpy(be.forward(model, be.asarray(x), output_fn))
+    exact_mutants = be.to_numpy(be.forward(model, be.asarray(mutants), output_fn))
+    exact = exact_mutants - exact_reference[seq]
+    fast = fast_mutants - fast_reference[seq]
+    size = float(np.max(np.abs(np.concatenate([exact_reference, exact_mutants]))))
+    allowed = 1e-3 * float(np.max(np.abs(exact))) + 1e-5 * size + 1e-30
+    error = max(
+        float(np.max(np.abs(fast - exact))),
+        float(np.max(np.abs(fast_reference - exact_reference))) / 10,  # 1e-4 of the outputs
+    )
+    return error / allowed
 
 
 def _window(positions: Any, length: int, func: str) -> tuple[int, int]:
@@ -327,7 +359,9 @@ def ism(
         # operations are launch-bound (an H200 ran the windowed BPNet- and Basset-like scans
         # 2-3x slower than the exact ones at batch_size=128)
         if fast is True or (fast == "auto" and not be.on_accelerator()):
-            plan = _fast_plan(be, model, source, output_fn, str(device), fast is True)
+            # the device the session resolved (the model may have moved since the last call)
+            where = f"{device}/{getattr(be, 'device', '')}"
+            plan = _fast_plan(be, model, source, output_fn, where, fast is True)
             if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
                 forward = fast_forward(be, plan, source.alphabet_axis)
         return IsmKernel(

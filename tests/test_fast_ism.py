@@ -204,3 +204,84 @@ def test_plan_windows_follow_the_receptive_field():
     # at the ends the windows shift inwards and keep their width
     assert plan.starts[1, 0] == 0 and plan.starts[1, L - 1] == L - 21
     assert plan.starts[5, L - 1] == (L - 4) // 2 - 13
+
+
+class Twice(torch.nn.Module):
+    """``h + h``, an in-place-free residual, a temperature attribute and a large output offset:
+    the cases a review found the first version of fast ISM getting wrong."""
+
+    def __init__(self, in_place: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.c1 = torch.nn.Conv1d(4, 6, 3, padding=1)
+        self.c2 = torch.nn.Conv1d(6, 6, 3, padding=1)
+        self.head = torch.nn.Linear(6, 2)
+        self.temperature = 1.0
+        self.in_place = in_place
+
+    def forward(self, x):
+        h = self.c1(x) / self.temperature
+        a = self.c2(h + h)
+        b = torch.nn.functional.relu(h, inplace=self.in_place)
+        return self.head((a + b).mean(-1)) + 100.0
+
+
+def test_fast_follows_a_changed_model_and_output_fn():
+    model = Twice().eval()
+    X = models.random_one_hot(2, 20, seed=11, layout="NCL")
+
+    def agrees(**kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SeqAttribWarning)
+            fast = sa.ism(model, X, fast=True, **kwargs)
+        return relative_error(fast, sa.ism(model, X, fast=False, **kwargs)) <= RELATIVE
+
+    assert agrees(target=0)  # h + h: an add whose two inputs are one node
+    model.temperature = 0.25  # fx baked the old value into the traced graph: read again
+    assert agrees(target=0)
+    model.head = torch.nn.Linear(6, 3)  # a new head with another number of outputs
+    assert agrees(target=2)
+    assert agrees(target=None, output_fn=lambda out: out[:, 1:] * 3)
+
+
+def test_in_place_layers_are_refused():
+    model = Twice(in_place=True).eval()
+    X = models.random_one_hot(2, 20, seed=12, layout="NCL")
+    with pytest.warns(SeqAttribWarning, match="in place"):
+        fast = sa.ism(model, X, fast=True)
+    np.testing.assert_array_equal(fast, sa.ism(model, X, fast=False))
+
+
+def test_check_scales_with_the_scores_not_the_outputs(monkeypatch):
+    """With outputs near 100 and ISM scores near 1e-2, an off-by-one padding must still fail."""
+    model = Twice().eval()
+    backend = sa.get_backend(model)
+    read = type(backend).local_graph
+
+    def wrong(self, *args):
+        graph = read(self, *args)
+        nodes = [
+            dataclasses.replace(n, pad_left=n.pad_left + 1) if n.kind == "window" else n
+            for n in graph.nodes
+        ]
+        return LocalGraph(nodes, graph.cut, graph.tail)
+
+    monkeypatch.setattr(type(backend), "local_graph", wrong)
+    X = models.random_one_hot(2, 20, seed=13, layout="NCL")
+    with pytest.warns(SeqAttribWarning, match="did not reproduce"):
+        fast = sa.ism(model, X, fast=True)
+    np.testing.assert_array_equal(fast, sa.ism(model, X, fast=False))
+
+
+@pytest.mark.parametrize("length", [1, 3, 30])
+def test_short_sequences_and_windows_spanning_everything(length):
+    """At L=30 the deeper windows of the BPNet-like model cover every position (computed as a
+    plain forward pass); L=1 and L=3 are shorter than any kernel."""
+    model = build("torch", "bpnet", "NCL")
+    X = models.random_one_hot(2, length, seed=14, layout="NCL")
+    exact = sa.ism(model, X, fast=False)
+    fast = sa.ism(model, X, fast=True)
+    assert relative_error(fast, exact) <= RELATIVE
+    if length == 30:
+        forward = plan_of(model).forward
+        assert any(forward.plain.values())

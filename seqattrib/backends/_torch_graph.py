@@ -70,7 +70,7 @@ def torch_local_graph(model: Any, row_shape: tuple[int, int], length_axis: int) 
     Raises ``GraphUnsupported`` naming the layer when the model cannot be split.
     """
     if not isinstance(model, nn.Module):
-        raise GraphUnsupported(f"{type(model).__name__} is not a torch.nn.Module")
+        raise NothingLocal(f"{type(model).__name__} is a plain callable, not a torch.nn.Module")
     if type(model).__module__.split(".")[0] == "keras":
         raise NothingLocal(
             "its graph is read for Keras models on the TensorFlow backend only "
@@ -90,6 +90,7 @@ def torch_local_graph(model: Any, row_shape: tuple[int, int], length_axis: int) 
     with torch.no_grad():
         ShapeProp(traced).propagate(example)
     modules = dict(traced.named_modules())
+    _refuse_in_place(traced, modules)
     reader = _Reader(traced, modules, length_axis)
     return reader.read(placeholders[0])
 
@@ -190,7 +191,15 @@ class _Reader:
                 a, b = cast(fx.Node, node.args[0]), cast(fx.Node, node.args[1])
                 if _shape(a) != _shape(b) or self.nodes[self.index[b]].length_axis != axis:
                     return None
-                return make("add", lambda x, y: x + y)
+                # inputs from the arguments, not all_input_nodes: ``h + h`` has two inputs
+                return LocalNode(
+                    name,
+                    "add",
+                    (self.index[a], self.index[b]),
+                    shape[axis],
+                    axis,
+                    lambda x, y: x + y,
+                )
             if target in _SCALAR_OPS and _scalar_operand(node):
                 return make("pointwise", _bind(node))
             if target is operator.getitem:
@@ -276,6 +285,30 @@ class _Reader:
 
 
 # ---------------------------------------------------------------------- helpers
+_IN_PLACE_FUNCTIONS = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
+def _refuse_in_place(traced: fx.GraphModule, modules: dict[str, nn.Module]) -> None:
+    """An operation that overwrites its input would change reference values kept for later
+    mutants (or values another layer still reads): no fast path for such a model."""
+    for node in traced.graph.nodes:
+        in_place = (
+            (node.op == "call_module" and getattr(modules[str(node.target)], "inplace", False))
+            or (node.op == "call_function" and node.target in _IN_PLACE_FUNCTIONS)
+            or (node.op in ("call_function", "call_method") and node.kwargs.get("inplace"))
+            or (
+                node.op == "call_method"
+                and str(node.target).endswith("_")
+                and not str(node.target).endswith("__")
+            )
+        )
+        if in_place:
+            raise GraphUnsupported(
+                f"{_describe(node, modules)} works in place; fast ISM needs layers that leave "
+                "their inputs unchanged (e.g. inplace=False)"
+            )
+
+
 def _shape(node: Any) -> tuple[int, ...] | None:
     meta = getattr(node, "meta", {}).get("tensor_meta")
     shape = getattr(meta, "shape", None)

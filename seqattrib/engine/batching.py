@@ -77,7 +77,8 @@ class AutoBatchSizer:
         self._key = key
         cached = self._store.get(key)
         resume = self._store.get(("unfinished", key))
-        if resume is not None:
+        self._ceiling = len(_CANDIDATES) - 1  # index of the largest size still worth trying
+        if resume in _CANDIDATES:
             self._candidate = _CANDIDATES.index(resume)
         else:
             start = _CANDIDATES[0] if first_size is None else first_size
@@ -114,9 +115,7 @@ class AutoBatchSizer:
         self._misses = 0 if improved else self._misses + 1
         next_index = self._candidate + 1
         concluded = (
-            self._misses >= _PATIENCE
-            or seconds > _MAX_BATCH_SECONDS
-            or next_index >= len(_CANDIDATES)
+            self._misses >= _PATIENCE or seconds > _MAX_BATCH_SECONDS or next_index > self._ceiling
         )
         if concluded or 2 * _CANDIDATES[next_index] > self._n_rows_left:
             self._finish(cache=concluded)  # a job too small to probe further caches nothing
@@ -125,10 +124,16 @@ class AutoBatchSizer:
         self.size = _CANDIDATES[next_index]
 
     def out_of_memory(self, size: int) -> None:
+        # nothing at or above this size is tried again in this probe
+        self._ceiling = min(
+            self._ceiling, max((i for i, c in enumerate(_CANDIDATES) if c < size), default=-1)
+        )
         if self._best is None:
             if size <= 1:
                 raise MemoryError("One row does not fit on the device.")
             self.size = max(1, size // 2)
+            if self.size in _CANDIDATES:
+                self._candidate = _CANDIDATES.index(self.size)
             return
         self._finish(cache=True)
 
@@ -139,5 +144,6 @@ class AutoBatchSizer:
         if cache:
             self._store[self._key] = self.size
             self._store.pop(("unfinished", self._key), None)
-        elif self._best is not None:  # the next job resumes the climb at the best size so far
+        elif self._best is not None and self.size in _CANDIDATES:
+            # the next job resumes the climb at the best size so far
             self._store[("unfinished", self._key)] = self.size

@@ -72,3 +72,18 @@ def test_accelerators_start_the_climb_higher():
     sizes = _drive(sizer, {256: 0.5, 512: 0.3, 1024: 0.4, 2048: 0.4}.get)
     assert sizes[:8] == [256, 256, 512, 512, 1024, 1024, 2048, 2048]
     assert sizes[-1] == 512
+
+
+def test_out_of_memory_caps_the_climb_and_never_stores_an_off_list_size():
+    model = Model()
+    sizer = AutoBatchSizer(model, "key", n_rows=30)
+    sizer.out_of_memory(16)  # 16 rows did not fit: 8 from now on
+    assert sizer.next_size() == 8
+    sizer.observe(8, 0.1)
+    sizer.observe(8, 0.1)  # nothing above 8 fits: the probe is over, 8 is cached
+    again = AutoBatchSizer(model, "key", n_rows=10**6)  # must not crash
+    assert again.next_size() == 8 and not again.timing
+    climbing = AutoBatchSizer(Model(), "key", n_rows=10**6, first_size=256)
+    sizes = _drive(climbing, {256: 0.5, 512: 0.4}.get, n_batches=4)  # 256, 256, 512, 512
+    climbing.out_of_memory(1024)
+    assert sizes == [256, 256, 512, 512] and climbing.next_size() == 512
