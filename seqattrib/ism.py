@@ -315,8 +315,9 @@ def ism(
         GPU (where the small windowed operations are launch-bound); ``True`` whenever the model
         can be split. A model that cannot be split (an unsupported layer, or a check batch the
         fast path does not reproduce) runs the exact path with one ``SeqAttribWarning`` naming
-        the reason (under ``"auto"`` not for a model with no local layer at all). Decided once
-        per model, input shape and device.
+        the reason (under ``"auto"`` not for a model with no local layer at all). The graph is
+        read once per model, input shape and device; every call checks the fast path against
+        the model on a batch of mutants first.
     alphabet_axis : {None, 1, -1}
         The axis of X holding A, C, G, T; inferred when unambiguous.
     batch_size : int or "auto"
