@@ -112,10 +112,10 @@ def plan_windows(graph: LocalGraph, length: int) -> FastPlan:
     return FastPlan(graph, order, starts, widths, ratio)
 
 
-def fast_forward(backend: Backend, plan: FastPlan, layout_axis: int) -> FastForward:
+def fast_forward(backend: Backend, plan: FastPlan) -> FastForward:
     """The plan's ``FastForward``, made on first use (its compiled functions then stay)."""
     if plan.forward is None:
-        plan.forward = FastForward(backend, plan, layout_axis)
+        plan.forward = FastForward(backend, plan)
     return plan.forward
 
 
@@ -133,7 +133,7 @@ class FastForward:
     pass, without windows.
     """
 
-    def __init__(self, backend: Backend, plan: FastPlan, layout_axis: int) -> None:
+    def __init__(self, backend: Backend, plan: FastPlan) -> None:
         self.backend, self.plan = backend, plan
         graph = plan.graph
         nodes = self.nodes = graph.nodes
@@ -184,7 +184,6 @@ class FastForward:
             self.offsets[("cut", c), c] = int(plan.starts[c].min()), int(plan.starts[c].max())
         self.padding = {i: (max(0, before[i]), max(0, after[i])) for i in self.kept}
         self._starts = [backend.asarray(plan.starts[n], "int64") for n in range(len(nodes))]
-        self._layout_axis = layout_axis
         self._mutants = backend.compile(self._mutant_outputs)
         self._reference = backend.compile(self._reference_values)
 

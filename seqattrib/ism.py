@@ -210,7 +210,7 @@ def _check_fast(
     mutants[np.arange(len(seq)), position] = np.eye(4, dtype=np.float32)[base]
     if length_axis == 2:
         mutants = np.ascontiguousarray(mutants.transpose(0, 2, 1))
-    forward = fast_forward(be, plan, source.alphabet_axis)
+    forward = fast_forward(be, plan)
     *kept, raw = forward.reference(be.asarray(x))
     fast_reference = be.to_numpy(be.outputs(raw, output_fn))
     fast_mutants = be.to_numpy(
@@ -364,7 +364,7 @@ def ism(
             where = f"{device}/{getattr(be, 'device', '')}"
             plan = _fast_plan(be, model, source, output_fn, where, fast is True)
             if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
-                forward = fast_forward(be, plan, source.alphabet_axis)
+                forward = fast_forward(be, plan)
         return IsmKernel(
             be,
             model,

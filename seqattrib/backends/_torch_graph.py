@@ -125,14 +125,11 @@ class _Reader:
                 f"{_describe(first, self.modules)} reads the input directly: nothing to reuse"
             )
         cut = [self.index[n] for n in users_outside]
-        return LocalGraph(self._needed(cut), cut, self._tail(users_outside))
+        return LocalGraph(self.nodes, cut, self._tail(users_outside))
 
     def _add(self, node: fx.Node, local: LocalNode) -> None:
         self.index[node] = len(self.nodes)
         self.nodes.append(local)
-
-    def _needed(self, cut: list[int]) -> list[LocalNode]:
-        return self.nodes  # unused nodes cost nothing: the plan visits ancestors of the cut only
 
     def _tail(self, cut_nodes: list[fx.Node]) -> fx.GraphModule:
         graph = fx.Graph()
