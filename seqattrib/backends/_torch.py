@@ -229,13 +229,12 @@ class TorchBackend:
             # rows share a few offsets (one inside the sequence, a few near its ends): one
             # block copy per offset is far faster on a CPU than an element-wise scatter
             for offset in torch.unique(at).tolist():
-                rows = (at == offset).nonzero().squeeze(1)
-                block = window if len(rows) == len(at) else window[rows]
                 target = _positions(out, offset, n_window, axis)
+                rows = (at == offset).nonzero().squeeze(1)
                 if len(rows) == len(at):
-                    target.copy_(block)
+                    target.copy_(window)
                 else:
-                    target.index_copy_(0, rows, block)
+                    target.index_copy_(0, rows, window[rows])
         else:
             rows = torch.arange(len(seq), device=out.device)[:, None]
             index = at[:, None] + torch.arange(n_window, device=out.device)
