@@ -10,16 +10,17 @@ from ._version import __version__
 from .attribution import (
     dinucleotide_shuffle,
     expected_integrated_gradients,
+    explain,
     integrated_gradients,
+    ism,
+    ism_to_hypothetical,
     project,
     quadrature,
     saliency,
 )
 from .backends import get_backend
 from .data_attribution import TRAK, TracIn
-from .explain import explain
 from .io import decode, one_hot
-from .ism import ism, ism_to_hypothetical
 
 __all__ = [
     "SeqAttribWarning",

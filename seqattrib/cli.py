@@ -14,169 +14,29 @@ Errors are one line on stderr with a non-zero exit; progress bars go to stderr.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from ._errors import parameter_error
 from ._version import __version__
+from .loader import load_model, model_framework
+from .shards import launch, resolve_shard, shard_path
 
 _ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError, OSError)
 
 
-# --------------------------------------------------------------------------- models
-def load_model(spec: str, weights: str | None = None) -> tuple[Any, str]:
-    """A model and its framework from a TorchScript file, a ``.keras`` file, a SavedModel
-    folder or ``pkg.module:factory`` (with optional ``weights``: a torch state_dict loaded with
-    ``weights_only=True``, or Keras weights)."""
-    path = Path(spec)
-    if ":" in spec and not path.exists():
-        module_name, _, factory_name = spec.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), factory_name)
-        except (ImportError, AttributeError) as exc:
-            raise parameter_error(
-                "seqattrib",
-                "--model",
-                "pkg.module:factory naming an importable callable",
-                spec,
-                described=False,
-                error=ValueError,
-            ) from exc
-        model = factory()
-        framework = _framework(model)
-        if weights:
-            if framework == "torch":
-                import torch
-
-                model.load_state_dict(torch.load(weights, weights_only=True))
-            else:
-                model.load_weights(weights)
-        return model, framework
-    if weights:
-        raise parameter_error(
-            "seqattrib",
-            "--weights",
-            "used with --model pkg.module:factory",
-            weights,
-            "A model file already holds its weights.",
-        )
-    if not path.exists():
-        raise parameter_error(
-            "seqattrib",
-            "--model",
-            "an existing file or folder, or pkg.module:factory",
-            spec,
-            error=FileNotFoundError,
-        )
-    if path.is_dir():
-        if not (path / "saved_model.pb").exists():
-            raise parameter_error("seqattrib", "--model", "a SavedModel folder", spec)
-        import tensorflow as tf
-
-        loaded = tf.saved_model.load(str(path))
-        serve = getattr(loaded, "serve", None)  # keras Model.export()
-        if serve is None and not callable(loaded):
-            raise parameter_error(
-                "seqattrib",
-                "--model",
-                "a SavedModel with a serve endpoint or __call__",
-                spec,
-                "Export Keras models with model.export(path).",
-            )
-        return _Loaded(loaded, serve if serve is not None else loaded), "tensorflow"
-    if path.suffix in (".keras", ".h5"):
-        import keras
-
-        model = keras.models.load_model(path)
-        return model, _framework(model)
-    import torch
-
-    try:
-        return torch.jit.load(str(path), map_location="cpu").eval(), "torch"
-    except RuntimeError as exc:
-        raise parameter_error(
-            "seqattrib",
-            "--model",
-            "a TorchScript file, a .keras file, a SavedModel folder or pkg.module:factory",
-            spec,
-            "For a state_dict, pass --model pkg.module:factory --weights FILE.",
-        ) from exc
-
-
-class _Loaded:
-    """A SavedModel's endpoint that keeps the loaded object (and its variables) alive."""
-
-    def __init__(self, loaded: Any, endpoint: Any) -> None:
-        self.loaded, self.endpoint = loaded, endpoint
-
-    def __call__(self, x: Any) -> Any:
-        return self.endpoint(x)
-
-
-def _framework(model: Any) -> str:
-    from .backends import get_backend
-
-    if "tensorflow" not in sys.modules and "torch" not in sys.modules:  # pragma: no cover
-        return "torch"
-    return get_backend(model).name
-
-
-# --------------------------------------------------------------------------- sequences
-class _Windows:
-    """One-hot windows of a genome, read lazily block by block (bounded memory for any N)."""
-
-    def __init__(self, genome: Any, regions: Any, length: int, layout: Literal["NLC", "NCL"]):
-        self.genome, self.regions, self.length, self.layout = genome, regions, length, layout
-        n = len(regions)
-        self.shape = (n, length, 4) if layout == "NLC" else (n, 4, length)
-        self.dtype = np.dtype(np.int8)
-        self.ndim = 3
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, index: slice) -> np.ndarray:
-        from .io import extract_windows
-
-        part = self.regions.take(np.arange(self.shape[0])[index])
-        X, _, _ = extract_windows(
-            self.genome, part, length=self.length, layout=self.layout, dtype=np.int8
-        )
-        return X
-
-
+# --------------------------------------------------------------------------- inputs
 def load_sequences(args: argparse.Namespace, layout: Literal["NLC", "NCL"]) -> tuple[Any, Any]:
     """(X, regions) from --fasta, or --genome with --regions and --length."""
-    import warnings
-
-    from .io import Genome, Regions, extract_windows, read_regions
+    from .io import fasta_windows, genome_windows, read_regions
 
     if args.fasta and (args.genome or args.regions):
         raise parameter_error("seqattrib", "--fasta", "used without --genome/--regions", args.fasta)
     if args.fasta:
-        genome = Genome(args.fasta)
-        sizes = genome.chrom_sizes
-        lengths = set(sizes.values())
-        if len(lengths) != 1:
-            raise parameter_error(
-                "seqattrib",
-                "--fasta",
-                "sequences of one length",
-                f"lengths {sorted(lengths)[:5]}",
-                "Cut or pad the sequences, or use --genome with --regions and --length.",
-                described=True,
-            )
-        names = list(sizes)
-        length = lengths.pop()
-        regions = Regions.from_arrays(names, np.zeros(len(names)), np.full(len(names), length))
-        return _Windows(genome, regions, length, layout), None
+        return fasta_windows(args.fasta, layout), None
     if not (args.genome and args.regions and args.length):
         raise parameter_error(
             "seqattrib",
@@ -186,21 +46,10 @@ def load_sequences(args: argparse.Namespace, layout: Literal["NLC", "NCL"]) -> t
             "Pass --fasta seqs.fa, or --genome hg38.fa --regions peaks.bed --length 2114.",
             described=True,
         )
-    genome = Genome(args.genome)
-    regions = read_regions(args.regions, length=args.length)
-    sizes = genome.chrom_sizes
-    size = np.array([sizes.get(c, -1) for c in regions.chrom])
-    fits = (regions.start >= 0) & (regions.end <= size) & (size >= 0)
-    if not fits.all():
-        with warnings.catch_warnings():  # extract_windows names the dropped windows
-            warnings.simplefilter("always")
-            extract_windows(genome, regions.take(~fits), length=args.length)
-    kept = regions.take(fits)
-    if len(kept) == 0:
-        raise parameter_error(
-            "seqattrib", "--regions", "at least one window inside the genome", args.regions
-        )
-    return _Windows(genome, kept, args.length, layout), kept
+    windows = genome_windows(
+        args.genome, read_regions(args.regions, length=args.length), args.length, layout
+    )
+    return windows, windows.regions
 
 
 def _targets(text: str | None) -> Any:
@@ -223,88 +72,41 @@ def _layout(args: argparse.Namespace, framework: str) -> Literal["NLC", "NCL"]:
     return "NCL" if framework == "torch" else "NLC"
 
 
-# --------------------------------------------------------------------------- shards
-def resolve_shard(
-    text: str | None, environ: dict[str, str] | None = None
-) -> tuple[int, int] | None:
-    """(index, count) from ``--shard i/n``, a SLURM job array or torchrun; None: no sharding."""
-    env = dict(os.environ if environ is None else environ)
-    if text:
-        try:
-            index, count = (int(v) for v in text.split("/"))
-        except ValueError as exc:
-            raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", text) from exc
-    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-        count = int(env["SLURM_ARRAY_TASK_COUNT"])
-    elif int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
-        index, count = int(env["RANK"]), int(env["WORLD_SIZE"])
-    else:
-        return None
-    if not 0 <= index < count:
-        raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", f"{index}/{count}")
-    return index, count
-
-
-def shard_path(out: str, index: int, count: int) -> str:
-    """``out`` with ``{shard}`` replaced, else ``.shard-i-of-n`` before the extension."""
-    if "{shard}" in out:
-        return out.replace("{shard}", str(index))
-    path = Path(out)
-    return str(path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}"))
-
-
-@contextmanager
-def _sharded(args: argparse.Namespace, X: Any, regions: Any) -> Iterator[tuple[Any, Any]]:
-    """Narrow X and regions to this process's shard and record it in the output file."""
-    from ._pipeline import shard_context
-
-    shard = resolve_shard(args.shard)
-    if shard is None:
-        yield X, regions
-        return
-    index, count = shard
-    total = len(X.regions)
-    start, stop = index * total // count, (index + 1) * total // count
-    if stop == start:
-        raise parameter_error(
-            "seqattrib",
-            "--shard",
-            f"at most {total} shards for {total} sequences",
-            f"{index}/{count}",
-        )
-    part = X.regions.take(np.arange(start, stop))
-    X = _Windows(X.genome, part, X.length, X.layout)
-    args.out = shard_path(args.out, index, count)
-    with shard_context(index, count, start, stop, total):
-        yield X, (regions.take(np.arange(start, stop)) if regions is not None else None)
+def _model_and_sequences(args: argparse.Namespace) -> tuple[Any, str, Any, Any]:
+    try:
+        model = load_model(args.model, weights=args.weights)
+    except (ValueError, FileNotFoundError) as exc:
+        message = str(exc).replace("'spec' parameter of load_model", "'--model' parameter")
+        message = message.replace("'weights' parameter of load_model", "'--weights' parameter")
+        raise type(exc)(message) from exc
+    framework = model_framework(model)
+    X, regions = load_sequences(args, _layout(args, framework))
+    return model, framework, X, regions
 
 
 # --------------------------------------------------------------------------- commands
-def _common_run(args: argparse.Namespace, framework: str) -> dict[str, Any]:
+def _common_run(args: argparse.Namespace, framework: str, regions: Any) -> dict[str, Any]:
+    """The keywords every method takes, from the shared flags; a shard writes its own file."""
+    shard = resolve_shard(args.shard)
     return dict(
         backend=framework,
         target=_targets(args.target),
         batch_size="auto" if args.batch_size == "auto" else int(args.batch_size),
         max_cpu_sequences=args.max_cpu_sequences,
         device=args.device,
-        out=args.out,
+        out=args.out if shard is None else shard_path(args.out, *shard),
         overwrite=args.overwrite,
         verbose=not args.quiet,
+        regions=regions,
+        shard=shard,
     )
 
 
 def cmd_explain(args: argparse.Namespace) -> str:
-    model, framework = load_model(args.model, args.weights)
-    X, regions = load_sequences(args, _layout(args, framework))
-    with _sharded(args, X, regions) as (X, regions):
-        return _explain(args, model, framework, X, regions)
+    from .attribution import explain
 
-
-def _explain(args: argparse.Namespace, model: Any, framework: str, X: Any, regions: Any) -> str:
-    from .explain import explain
-
-    kwargs = _common_run(args, framework)
+    model, framework, X, regions = _model_and_sequences(args)
+    kwargs = _common_run(args, framework, regions)
     if args.method in ("ig", "eig"):
         kwargs.update(
             n_steps=args.n_steps,
@@ -316,16 +118,15 @@ def _explain(args: argparse.Namespace, model: Any, framework: str, X: Any, regio
         kwargs["n_baselines"] = args.n_baselines
     kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
     kwargs["correct_gradient"] = args.correct_gradient
-    path = explain(model, X, method=args.method, regions=regions, **kwargs)
+    path = explain(model, X, method=args.method, **kwargs)
     print(path)
     return str(path)
 
 
 def cmd_ism(args: argparse.Namespace) -> str:
-    from .ism import ism
+    from .attribution import ism
 
-    model, framework = load_model(args.model, args.weights)
-    X, regions = load_sequences(args, _layout(args, framework))
+    model, framework, X, regions = _model_and_sequences(args)
     positions = None
     if args.positions:
         try:
@@ -335,16 +136,14 @@ def cmd_ism(args: argparse.Namespace) -> str:
                 "seqattrib ism", "--positions", "start:end", args.positions
             ) from exc
         positions = (start, end)
-    with _sharded(args, X, regions) as (X, regions):
-        path = ism(
-            model,
-            X,
-            positions=positions,
-            score=args.score,
-            fast="auto" if args.fast == "auto" else args.fast == "yes",
-            regions=regions,
-            **_common_run(args, framework),
-        )
+    path = ism(
+        model,
+        X,
+        positions=positions,
+        score=args.score,
+        fast="auto" if args.fast == "auto" else args.fast == "yes",
+        **_common_run(args, framework, regions),
+    )
     print(path)
     return str(path)
 
@@ -419,43 +218,8 @@ def cmd_merge(args: argparse.Namespace) -> Path:
 
 def cmd_launch(args: argparse.Namespace) -> Path:
     """One worker per device (CUDA_VISIBLE_DEVICES each), then merge their shards."""
-    import subprocess
-
-    from .io.merge import merge_tracks
-
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command or command[0] not in ("explain", "ism") or "--out" not in command:
-        raise parameter_error(
-            "seqattrib launch",
-            "command",
-            "explain or ism with --out",
-            " ".join(command) or "nothing",
-        )
-    if "--shard" in command:
-        raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-    out = command[command.index("--out") + 1]
-    workers = []
-    for index, device in enumerate(devices):
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)
-        for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "RANK", "WORLD_SIZE"):
-            env.pop(key, None)
-        argv = [sys.executable, "-m", "seqattrib", *command, "--shard", f"{index}/{len(devices)}"]
-        workers.append(subprocess.Popen(argv, env=env))
-    failed = [i for i, worker in enumerate(workers) if worker.wait() != 0]
-    if failed:
-        raise parameter_error(
-            "seqattrib launch",
-            "command",
-            "a command every worker completes",
-            f"failures in shard(s) {failed}",
-            "Rerun the same launch: finished shards are kept and unfinished ones resume.",
-            described=True,
-        )
-    shards = [shard_path(out, i, len(devices)) for i in range(len(devices))]
-    path = merge_tracks(shards, out, overwrite=args.overwrite)
+    path = launch(args.command, devices, overwrite=args.overwrite)
     print(path)
     return path
 

@@ -1,8 +1,8 @@
 """The embedded demo: a tiny CNN on synthetic DNA with planted JASPAR motifs.
 
 ``data/`` holds the sequences (made by ``data/make_demo.py``), the motif positions and the
-trained model for torch and Keras; ``seqattrib demo`` explains it end to end. The model
-factories here are also the ``pkg.module:factory`` the CLI loads: ``seqattrib.demo:torch_model``.
+trained model for torch and Keras (defined in ``loader``); ``seqattrib demo`` explains it end to
+end. ``seqattrib.demo:torch_model`` and ``seqattrib.demo:keras_model`` name it for ``--model``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Any, Literal
 import numpy as np
 
 from ._errors import parameter_error
+from .loader import DEMO_LENGTH as LENGTH
+from .loader import demo_keras_model, demo_torch_model
 
 TASKS = ("GATA", "Ebox", "CTCF")
-LENGTH = 200
-FILTERS = 32
-WIDTH = 15
 
 
 def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
@@ -42,42 +41,9 @@ def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
     )
 
 
-def torch_model(weights: str | os.PathLike[str] | None = None) -> Any:
-    """The demo CNN in torch: (batch, 4, 200) -> (batch, 3) logits; loads ``weights`` if given
-    (default: ``data/demo_model.pt``; pass ``weights=""`` for an untrained model)."""
-    import torch
-
-    model = torch.nn.Sequential(
-        torch.nn.Conv1d(4, FILTERS, WIDTH, padding=WIDTH // 2),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveMaxPool1d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(FILTERS, len(TASKS)),
-    )
-    if weights is None:
-        weights = data_dir() / "demo_model.pt"
-    if weights != "":
-        model.load_state_dict(torch.load(weights, weights_only=True))
-    return model.eval()
-
-
-def keras_model(weights: str | os.PathLike[str] | None = None) -> Any:
-    """The same CNN in Keras 3: (batch, 200, 4) -> (batch, 3) logits
-    (default weights: ``data/demo_model.keras``)."""
-    import keras
-
-    if weights is None:
-        weights = data_dir() / "demo_model.keras"
-    if weights != "":
-        return keras.models.load_model(weights)
-    return keras.Sequential(
-        [
-            keras.Input((LENGTH, 4)),
-            keras.layers.Conv1D(FILTERS, WIDTH, padding="same", activation="relu"),
-            keras.layers.GlobalMaxPooling1D(),
-            keras.layers.Dense(len(TASKS)),
-        ]
-    )
+#: The ``pkg.module:factory`` names of the demo model (``--model seqattrib.demo:torch_model``).
+torch_model = demo_torch_model
+keras_model = demo_keras_model
 
 
 def load_data(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:

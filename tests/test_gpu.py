@@ -28,6 +28,7 @@ from helpers import CROSS_FRAMEWORK, FLOAT32, assert_close
 
 import seqattrib as sa
 from seqattrib._errors import SeqAttribWarning
+from seqattrib.engine import outputs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -70,9 +71,8 @@ def test_ig_with_three_targets_matches_the_cpu(bpnet, X):
 
 def test_vectorised_and_sequential_targets_agree_on_cuda(bpnet, X, monkeypatch):
     model = on_cuda(models.torch_model("bpnet", models.bpnet_weights(), "NCL"))
-    backend = type(sa.get_backend(model))
     vectorised = sa.saliency(model, X, target=[0, 2, 4], batch_size=5)
-    monkeypatch.setattr(backend, "vectorise_on_accelerator", False)
+    monkeypatch.setattr(outputs, "VECTORISE_ON_ACCELERATOR", False)
     sequential = sa.saliency(model, X, target=[0, 2, 4], batch_size=5)
     assert next(model.parameters()).device.type == "cuda"  # the model stays where it was
     assert_close(vectorised, sequential, FLOAT32)
@@ -128,9 +128,9 @@ def test_fast_ism_on_cuda_matches_the_exact_path_on_the_cpu(kind):
 
 
 def test_fast_auto_takes_the_exact_path_on_cuda():
-    from seqattrib import _fast_ism
+    from seqattrib.attribution.mutagenesis import choice
 
     model = models.torch_model("basset", models.basset_weights(LENGTH), "NCL")
     X = models.random_one_hot(1, LENGTH, seed=4, layout="NCL")
     sa.ism(model, X, fast="auto", device="cuda")
-    assert not _fast_ism._PLANS.get(model)  # no plan was even made
+    assert not choice._PLANS.get(model)  # no plan was even made

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from seqattrib import demo
-from seqattrib.cli import main, resolve_shard, shard_path
+from seqattrib.cli import main
+from seqattrib.shards import resolve_shard, shard_path
 from seqattrib.io import read_tracks
 from seqattrib.io.merge import merge_tracks
 

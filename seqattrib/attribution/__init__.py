@@ -1,17 +1,22 @@
-"""Gradient-based feature attribution: saliency, integrated gradients, expected IG."""
+"""Feature attribution: saliency, integrated gradients, expected IG and in-silico mutagenesis,
+each a kernel on the engine behind one job layer."""
 
 from __future__ import annotations
 
 from .baselines import dinucleotide_shuffle
-from .integrated_gradients import expected_integrated_gradients, integrated_gradients
-from .project import project
-from .quadrature import quadrature
-from .saliency import saliency
+from .gradient_methods import expected_integrated_gradients, integrated_gradients, saliency
+from .methods import explain
+from .mutagenesis import ism, ism_to_hypothetical
+from .paths import quadrature
+from .projection import project
 
 __all__ = [
     "dinucleotide_shuffle",
     "expected_integrated_gradients",
+    "explain",
     "integrated_gradients",
+    "ism",
+    "ism_to_hypothetical",
     "project",
     "quadrature",
     "saliency",

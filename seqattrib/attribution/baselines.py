@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import SequenceSource
+from ..engine import SequenceSource
 
 NAMES = ("zeros", "uniform", "shuffle", "dinuc_shuffle", "random")
 
@@ -120,11 +120,13 @@ def resolve_baselines(
     func: str,
     *,
     per_sequence_array: bool,
+    row_offset: int = 0,
 ) -> BaselineSpec:
     """Turn the ``baselines`` argument into a ``BaselineSpec``.
 
     ``per_sequence_array`` is True for EIG, whose arrays are (B, *row) or (N, B, *row); for IG
-    (one baseline) arrays are (*row) or (N, *row).
+    (one baseline) arrays are (*row) or (N, *row). ``row_offset``: the row of X (and of a
+    per-sequence array) where the run starts (a shard).
     """
     row = source.row_shape
     if isinstance(baselines, str):
@@ -187,7 +189,8 @@ def resolve_baselines(
         b = per_shape[-3] if per_sequence_array else 1
 
         def per_sequence(x: np.ndarray, first: int) -> np.ndarray:
-            return array[first : first + len(x)].reshape(len(x), b, *row)
+            at = row_offset + first
+            return array[at : at + len(x)].reshape(len(x), b, *row)
 
         return BaselineSpec(b, "array", per_sequence=per_sequence)
     raise parameter_error(

@@ -7,12 +7,34 @@ Keras 3 models resolve to the framework they run on: on the torch backend a Kera
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import parameter_error
-from ._protocol import Backend, OutOfDeviceMemory, TransferStats
+from ._protocol import (
+    Backend,
+    CheckpointMismatch,
+    Head,
+    OutOfDeviceMemory,
+    ParameterGradients,
+    TransferStats,
+    UnsupportedLayer,
+    WindowedForward,
+)
 
-__all__ = ["Backend", "OutOfDeviceMemory", "TransferStats", "get_backend"]
+__all__ = [
+    "Backend",
+    "CheckpointMismatch",
+    "Head",
+    "OutOfDeviceMemory",
+    "ParameterGradients",
+    "TransferStats",
+    "UnsupportedLayer",
+    "WindowedForward",
+    "capability",
+    "get_backend",
+]
+
+C = TypeVar("C")
 
 _INSTANCES: dict[str, Backend] = {}
 _NAMES = ("torch", "tensorflow")
@@ -92,3 +114,18 @@ def get_backend(model: Any, backend: str | None = None) -> Backend:
             described=True,
         )
     return _instance(name)
+
+
+def capability(backend: Backend, kind: type[C], func: str) -> C:
+    """``backend`` as the capability ``kind`` (a protocol of ``_protocol``) that a method
+    needs, or a TypeError naming what the backend lacks."""
+    if not isinstance(backend, kind):
+        raise parameter_error(
+            func,
+            "model",
+            f"a model whose backend offers {kind.__name__}",
+            f"a model on the {backend.name} backend, which does not",
+            error=TypeError,
+            described=True,
+        )
+    return backend

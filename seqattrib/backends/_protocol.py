@@ -1,19 +1,31 @@
-"""The backend protocol: the primitives every method is written against.
+"""The backend protocol: a core every backend has, and capabilities a backend may declare.
 
-A backend is the only place that knows a framework. Tensors are opaque to the engine: it only
-combines them with ``+ - *`` (which both frameworks overload) and with the primitives below.
+A backend is the only place that knows a framework. Tensors are opaque above it: methods
+combine them with ``+ - *`` (which both frameworks overload) and with the primitives below.
+
+- ``Backend`` (core): arrays and devices, a model session, a precision session, forward passes
+  and input gradients of K outputs from one forward pass.
+- ``WindowedForward``: what fast ISM needs to recompute windows of a model's local layers.
+- ``ParameterGradients``: what data attribution needs (parameters, checkpoints, per-example
+  gradients of a loss written above the backends, a few math ops for those losses).
+
+A method asks for a capability by type (``backends.capability(backend, WindowedForward, func)``);
+a backend declares one by implementing it (the capability classes are ``runtime_checkable``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 Tensor = Any
+#: Maps a model's raw output (tensor, tuple, dict) to a (batch, K) tensor; written above the
+#: backends (``engine.outputs.Head``) and called inside them, also while tracing.
+Head = Callable[[Any], Any]
 
 
 @dataclass
@@ -27,22 +39,41 @@ class TransferStats:
         self.to_device = 0
         self.to_host = 0
 
+    @contextmanager
+    def paused(self) -> Any:
+        """Copies inside this block are not counted (work that is not the job's own)."""
+        saved = self.to_device, self.to_host
+        try:
+            yield
+        finally:
+            self.to_device, self.to_host = saved
+
 
 class OutOfDeviceMemory(RuntimeError):
     """A batch did not fit on the device (raised by backends, caught by the batch sizer)."""
 
 
+@runtime_checkable
 class Backend(Protocol):
-    """Framework primitives used by the engine and the methods."""
+    """Core primitives used by the engine and every method."""
 
     name: str
     transfers: TransferStats
 
     def session(self, model: Any, device: Any) -> AbstractContextManager[Any]:
-        """Eval mode on ``device`` for the duration; restores device, mode, grad flags after."""
+        """Eval mode on ``device`` for the duration; restores device, mode, grad flags after.
+        Yields the resolved device."""
+
+    def full_float32(self) -> AbstractContextManager[None]:
+        """Full float32 arithmetic inside the block (no TF32 or reduced-precision matmuls);
+        the user's settings are restored after."""
 
     def describe(self, model: Any) -> str:
         """A short text naming the model (class, parameter count)."""
+
+    def state(self, model: Any) -> dict[str, np.ndarray]:
+        """Host copies of the model's full state: every parameter and buffer (torch state dict
+        entries; every Keras weight, trainable or not, such as BatchNorm statistics)."""
 
     def asarray(self, array: np.ndarray, dtype: str = "float32") -> Tensor:
         """Copy a host array to the session's device (counted), cast to ``dtype`` there."""
@@ -53,67 +84,33 @@ class Backend(Protocol):
     def take(self, tensor: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
         """Gather ``indices`` along ``axis``."""
 
-    def one_hot(self, indices: Tensor, depth: int) -> Tensor:
-        """float32 one-hot rows: (R,) int -> (R, depth)."""
-
-    def log(self, tensor: Tensor) -> Tensor: ...
-
     def concat(self, tensors: Sequence[Tensor]) -> Tensor:
         """Concatenate along axis 0."""
 
     def reshape(self, tensor: Tensor, shape: Sequence[int]) -> Tensor: ...
 
+    def one_hot(self, indices: Tensor, depth: int) -> Tensor:
+        """float32 one-hot rows: (R,) int -> (R, depth)."""
+
     def mean(self, tensor: Tensor, axis: int, keepdims: bool = True) -> Tensor: ...
 
-    def sum(self, tensor: Tensor, axis: Sequence[int]) -> Tensor: ...
+    def log(self, tensor: Tensor) -> Tensor: ...
 
     def segment_sum(self, values: Tensor, segment_ids: Tensor, n_segments: int) -> Tensor:
         """Sum rows of ``values`` that share a segment id: (R, ...) -> (n_segments, ...)."""
 
-    def forward(self, model: Any, x: Tensor, output_fn: Callable[[Any], Any] | None) -> Tensor:
-        """Model outputs as a (B, K) tensor, no gradients."""
-
-    def outputs(self, raw: Any, output_fn: Callable[[Any], Any] | None) -> Tensor:
-        """A raw model output as (batch, n_outputs) float32, through ``output_fn``."""
+    def forward(self, model: Any, x: Tensor, head: Head) -> Tensor:
+        """``head(model(x))`` as float32 (B, K), no gradients."""
 
     def input_gradients(
-        self,
-        model: Any,
-        x: Tensor,
-        targets: Sequence[int],
-        output_fn: Callable[[Any], Any] | None,
+        self, model: Any, x: Tensor, targets: Sequence[int], head: Head, vectorised: bool
     ) -> tuple[Tensor, Tensor]:
-        """One forward pass and a vectorised backward for K selected outputs.
+        """One forward pass and the gradients of K selected outputs of ``head(model(x))``.
 
-        Returns the selected outputs (B, K) and their gradients (B, K, *x.shape[1:]).
+        ``vectorised``: the K vector-Jacobian products as one batched backward (else one after
+        another on the same graph). Returns the selected outputs (B, K) and their gradients
+        (B, K, *x.shape[1:]).
         """
-
-    def local_graph(self, model: Any, row_shape: tuple[int, int], length_axis: int) -> Any:
-        """The model's local prefix for fast ISM (``_local_graph.LocalGraph``); raises
-        ``GraphUnsupported`` naming the layer when it cannot be split."""
-
-    def expand_windows(
-        self,
-        ref: Tensor,
-        seq: Tensor,
-        starts: Tensor,
-        width: int,
-        window: Tensor,
-        window_starts: Tensor,
-        axis: int,
-        offsets: tuple[int, int],
-    ) -> Tensor:
-        """Mutants' values over wider windows, as (B, ...): row ``seq[i]`` of ``ref`` (N, a, b)
-        at positions ``starts[i] + j`` (``j < width``) along ``axis`` (1 or 2), overwritten by
-        ``window`` (B, ...; positions ``window_starts[i] + j``) where they overlap.
-        ``window_starts - starts`` lies within ``offsets`` (low, high), and ``ref`` is padded
-        so that positions ``starts + low`` to ``starts + high + window width`` exist."""
-
-    def pad_positions(self, x: Tensor, left: int, right: int, axis: int) -> Tensor:
-        """Zeros added before and after the positions along ``axis`` (negative: removed)."""
-
-    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` made fast for repeated calls on tensors (inference mode; a TF graph)."""
 
     def on_accelerator(self) -> bool:
         """Whether the current session computes on a GPU or another accelerator."""
@@ -121,13 +118,38 @@ class Backend(Protocol):
     def synchronize(self) -> None:
         """Wait for queued device work (for timing)."""
 
-    # ----------------------------------------------------------------- data attribution
-    def get_state(self, model: Any) -> dict[str, np.ndarray]:
-        """Host copies of the model's full state: every parameter and buffer (torch state dict
-        entries; every Keras weight, trainable or not, such as BatchNorm statistics)."""
+
+@runtime_checkable
+class WindowedForward(Protocol):
+    """Windowed forward passes of a model's local layers (fast ISM)."""
+
+    def local_graph(self, model: Any, row_shape: tuple[int, int], length_axis: int) -> Any:
+        """The model's local prefix (``_local_graph.LocalGraph``); raises ``GraphUnsupported``
+        naming the layer when it cannot be split."""
+
+    def gather_windows(
+        self, source: Tensor, rows: Tensor, starts: Tensor, width: int, axis: int
+    ) -> Tensor:
+        """``source[rows[i]]`` at positions ``starts[i] : starts[i] + width`` along ``axis``
+        (1 or 2) of the (N, a, b) tensor, as (B, ...) (a new tensor)."""
+
+    def overwrite_windows(self, target: Tensor, window: Tensor, at: Tensor, axis: int) -> Tensor:
+        """``target`` (B, ...) with row i's positions ``at[i] : at[i] + window width`` along
+        ``axis`` replaced by ``window[i]``; may write ``target`` in place."""
+
+    def pad_positions(self, x: Tensor, left: int, right: int, axis: int) -> Tensor:
+        """Zeros added before and after the positions along ``axis`` (negative: removed)."""
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` made fast for repeated calls on tensors (inference mode; a TF graph)."""
+
+
+@runtime_checkable
+class ParameterGradients(Protocol):
+    """Parameters, checkpoints and per-example gradients (data attribution)."""
 
     def set_state(self, model: Any, state: dict[str, np.ndarray]) -> None:
-        """Write a ``get_state`` snapshot back into the model, in place."""
+        """Write a ``state`` snapshot back into the model, in place."""
 
     def load_checkpoint(self, model: Any, checkpoint: Any) -> float | None:
         """Default checkpoint loader: torch ``load_state_dict(torch.load(path, weights_only=True))``
@@ -144,7 +166,13 @@ class Backend(Protocol):
         """
 
     def per_example_gradients(
-        self, model: Any, x: Tensor, y: Tensor, loss: str | Callable[..., Any], names: list[str]
+        self,
+        model: Any,
+        x: Tensor,
+        y: Tensor,
+        loss: str | Callable[..., Any],
+        names: list[str],
+        head: Head,
     ) -> Tensor:
         """Vectorised per-example loss gradients, flattened: (B, P) float32.
 
@@ -154,10 +182,10 @@ class Backend(Protocol):
         ``"trak_margin"`` (``y`` int labels: log p_y / (1 - p_y) of the softmax, i.e.
         ``z_y - logsumexp_{k != y} z_k``), ``"trak_binary"`` (one logit, ``y`` in {0, 1}:
         ``(2y - 1) z``), ``"trak_regression"`` (one output: the prediction ``z``). ``names`` come
-        from ``trainable_parameters``. Each parameter is flattened in the Keras layout
-        (a torch convolution's (out, in, *kernel) weight as (*kernel, in, out), a linear
-        layer's (out, in) as (in, out)), so the same weights give the same vector, hence the
-        same random projection, in both frameworks.
+        from ``trainable_parameters``; ``head`` maps the model's raw output to (B, K). Each
+        parameter is flattened in the Keras layout (a torch convolution's (out, in, *kernel)
+        weight as (*kernel, in, out), a linear layer's (out, in) as (in, out)), so the same
+        weights give the same vector, hence the same random projection, in both frameworks.
         """
 
     def last_layer_features(
@@ -169,6 +197,8 @@ class Backend(Protocol):
 
     def matmul(self, a: Tensor, b: Tensor, transpose_b: bool = False) -> Tensor:
         """``a @ b`` (or ``a @ b.T``) on the device."""
+
+    def sum(self, tensor: Tensor, axis: Sequence[int]) -> Tensor: ...
 
 
 class CheckpointMismatch(ValueError):

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import SequenceSource, as_source
 from ..backends import Backend
+from ..engine import SequenceSource, as_source
+from ..engine.outputs import Head
 
 #: Rows per host-side block of products and input checks.
 HOST_BLOCK = 8192
@@ -72,7 +73,7 @@ def checked_source(X: Any, param: str, func: str) -> SequenceSource:
 
 def n_outputs(backend: Backend, model: Any, source: SequenceSource) -> int:
     """Outputs of the model (one forward pass of one sequence; inside a session)."""
-    return int(backend.forward(model, backend.asarray(source.read(0, 1)), None).shape[1])
+    return int(backend.forward(model, backend.asarray(source.read(0, 1)), Head()).shape[1])
 
 
 def label_array(y: Any, n: int, param: str, func: str) -> np.ndarray:

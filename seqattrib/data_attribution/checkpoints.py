@@ -22,6 +22,7 @@ import numpy as np
 from .._errors import parameter_error
 from ..backends import Backend
 from ..backends._protocol import CheckpointMismatch
+from ..engine.outputs import model_session
 
 
 @contextmanager
@@ -31,9 +32,9 @@ def preserved_state(backend: Backend, model: Any, device: Any) -> Iterator[Any]:
     The state (parameters and buffers) is copied to the host before anything is loaded and
     restored in place afterwards, also when an error interrupts the work.
     """
-    state = backend.get_state(model)
+    state = backend.state(model)
     try:
-        with backend.session(model, device) as resolved:
+        with model_session(backend, model, device) as resolved:
             yield resolved
     finally:
         backend.set_state(model, state)
@@ -197,7 +198,7 @@ class Checkpoints:
         seen: dict[str, int] = {}
         for index, checkpoint in enumerate(self.items):
             returned = self._load(backend, model, index, checkpoint, func)
-            digest = fingerprint(backend.get_state(model))
+            digest = fingerprint(backend.state(model))
             if digest in seen:
                 raise parameter_error(
                     func,

@@ -23,9 +23,11 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import SequenceSource, check_batch_size, check_positive_int, resolve_seed
+from .._validation import check_batch_size, check_positive_int, resolve_seed
 from ..backends import Backend, get_backend
 from ..backends._protocol import UnsupportedLayer
+from ..engine import SequenceSource
+from ..engine.outputs import Head
 from ._common import HOST_BLOCK as _HOST_BLOCK
 from ._common import GradientPlan as _Plan
 from ._common import Labels as _Labels
@@ -368,7 +370,7 @@ class TracIn:
         """Per-example gradients (batch, n_params) on the device, batch by batch."""
         be = self._backend
         for start, x, y in self._batches(source, labels, plan.rows):
-            yield start, be.per_example_gradients(self.model, x, y, self.loss, plan.names)
+            yield start, be.per_example_gradients(self.model, x, y, self.loss, plan.names, Head())
 
     def _squared_norms(self, grads: Tensor) -> np.ndarray:
         be = self._backend

@@ -38,8 +38,10 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import SeqAttribWarning, parameter_error
-from .._validation import SequenceSource, check_batch_size, check_positive_int, resolve_seed
+from .._validation import check_batch_size, check_positive_int, resolve_seed
 from ..backends import Backend, get_backend
+from ..engine import SequenceSource
+from ..engine.outputs import Head
 from ._common import (
     HOST_BLOCK,
     GradientPlan,
@@ -450,12 +452,12 @@ class TRAK:
                 y = np.concatenate([y, np.repeat(y[:1], fill, axis=0)])
             x_device = be.asarray(x)
             grads = be.per_example_gradients(
-                self.model, x_device, be.asarray(y, labels.dtype), loss, plan.names
+                self.model, x_device, be.asarray(y, labels.dtype), loss, plan.names, Head()
             )
             features = project(grads)[: stop - start]
             out = None
             if with_outputs:
-                out = be.to_numpy(be.forward(self.model, x_device, None))[: stop - start]
+                out = be.to_numpy(be.forward(self.model, x_device, Head()))[: stop - start]
             yield stop, features, out
 
     def _kernel(

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from .batching import AutoBatchSizer, FixedBatchSizer
+from .loop import Kernel, run_rows
 from .plan import RowPlan
-from .runner import Kernel, run
 from .sinks import ArraySink, Sink
+from .source import SequenceSource, as_source
 
-__all__ = ["ArraySink", "AutoBatchSizer", "FixedBatchSizer", "Kernel", "RowPlan", "Sink", "run"]
+__all__ = [
+    "ArraySink",
+    "AutoBatchSizer",
+    "FixedBatchSizer",
+    "Kernel",
+    "RowPlan",
+    "SequenceSource",
+    "Sink",
+    "as_source",
+    "run_rows",
+]

@@ -1,4 +1,5 @@
-"""Sequence encoding and (later) genome and track files.
+"""Sequences in and results out: one-hot encoding, FASTA genomes, regions and windows, tracks
+files, TF-MoDISco and bigWig exports.
 
 Only numpy is imported here; file formats import their libraries when first used.
 """
@@ -7,20 +8,15 @@ from __future__ import annotations
 
 from .bigwig import write_bigwig
 from .export import export_bigwig, export_modisco
-from .genome import (
-    Genome,
-    Regions,
-    chrom_sizes,
-    extract_windows,
-    read_fasta,
-    read_regions,
-    write_bed,
-)
+from .fasta import Genome, chrom_sizes, read_fasta
 from .onehot import decode, one_hot
+from .regions import Regions, read_regions, write_bed
 from .tracks import Tracks, read_tracks
+from .windows import GenomeWindows, extract_windows, fasta_windows, genome_windows
 
 __all__ = [
     "Genome",
+    "GenomeWindows",
     "Regions",
     "Tracks",
     "chrom_sizes",
@@ -28,6 +24,8 @@ __all__ = [
     "export_bigwig",
     "export_modisco",
     "extract_windows",
+    "fasta_windows",
+    "genome_windows",
     "one_hot",
     "read_fasta",
     "read_regions",

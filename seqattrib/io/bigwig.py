@@ -11,8 +11,9 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._optional import import_optional
-from .genome import PathLike, Regions
-from .genome import chrom_sizes as read_chrom_sizes
+from .fasta import PathLike
+from .fasta import chrom_sizes as read_chrom_sizes
+from .regions import Regions
 
 
 def resolve_overlaps(starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -235,7 +235,7 @@ def export_bigwig(
     list of Path
     """
     from .bigwig import write_bigwig
-    from .genome import Regions
+    from .regions import Regions
 
     func = "export_bigwig"
     f = _open(tracks, func)

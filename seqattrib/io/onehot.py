@@ -113,7 +113,7 @@ def decode(X: ArrayLike, *, alphabet_axis: int | None = None) -> list[str]:
     -------
     list of str
     """
-    from .._validation import infer_alphabet_axis
+    from ..engine.source import infer_alphabet_axis
 
     arr = np.asarray(X)
     if arr.ndim == 2:

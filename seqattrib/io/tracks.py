@@ -29,8 +29,8 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._optional import import_optional
-from .._validation import SequenceSource
 from .._version import __version__
+from ..engine.source import SequenceSource
 
 FORMAT = "seqattrib.tracks/1"
 _CHUNK_BYTES = 2**20

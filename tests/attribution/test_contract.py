@@ -10,6 +10,7 @@ from helpers import FLOAT32, assert_close
 from models import random_one_hot
 
 import seqattrib as sa
+from seqattrib.engine import outputs
 
 METHODS = {
     "saliency": lambda model, X, **kw: sa.saliency(model, X, **kw),
@@ -129,6 +130,6 @@ def test_vectorised_backward_equals_sequential_passes(framework, conv_weights, m
     model = make_model(framework, "convnet", conv_weights, "NLC")
     X = random_one_hot(4, LENGTH, seed=9)
     sequential = sa.integrated_gradients(model, X, target=[0, 1, 2], n_steps=4, batch_size=7)
-    monkeypatch.setattr(type(sa.get_backend(model)), "vectorise_on_cpu", True)
+    monkeypatch.setattr(outputs, "VECTORISE_ON_CPU", True)
     vectorised = sa.integrated_gradients(model, X, target=[0, 1, 2], n_steps=4, batch_size=7)
     assert_close(vectorised, sequential, FLOAT32)

@@ -19,6 +19,7 @@ from tracin_models import (
 )
 
 import seqattrib as sa
+from seqattrib.engine.outputs import Head
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -263,7 +264,7 @@ def test_per_example_gradients_primitive_matches_autograd(weights, states, train
     names = [n for n, _ in backend.trainable_parameters(model)]
     X, y = train_set
     grads = backend.per_example_gradients(
-        model, torch.from_numpy(X), torch.from_numpy(y), "cross_entropy", names
+        model, torch.from_numpy(X), torch.from_numpy(y), "cross_entropy", names, Head()
     )
     # Each parameter comes flattened in the Keras layout: the convolutions' (out, in, width)
     # and the dense layer's (out, in) weights with their axes reversed, biases as they are.

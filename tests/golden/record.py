@@ -20,10 +20,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 
+import models  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-import models  # noqa: E402
 
 LENGTH = 40
 PATH = HERE / "golden.npz"
@@ -36,7 +35,9 @@ def environment() -> str:
     cpu = ""
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if "model name" in line), "")
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in handle if "model name" in line), ""
+            )
     return "|".join(
         [
             platform.machine(),
@@ -51,7 +52,11 @@ def environment() -> str:
 def _set_up() -> None:
     import tensorflow as tf
 
-    for setting in (torch.backends.cudnn.conv, torch.backends.cudnn.rnn, torch.backends.cuda.matmul):
+    for setting in (
+        torch.backends.cudnn.conv,
+        torch.backends.cudnn.rnn,
+        torch.backends.cuda.matmul,
+    ):
         setting.fp32_precision = "ieee"
     torch.set_num_threads(1)
     tf.config.experimental.enable_tensor_float_32_execution(False)
@@ -85,8 +90,15 @@ def _feature_results(framework: str) -> dict[str, np.ndarray]:
         bpnet, X, target=[0, 2], n_baselines=4, n_steps=5, batch_size=13, random_state=5
     )
     out["eig_hypothetical"] = seqattrib.expected_integrated_gradients(
-        basset, X, target=0, baselines="shuffle", n_baselines=3, n_steps=4, batch_size=16,
-        multiply_by_inputs=False, method="gausslegendre",
+        basset,
+        X,
+        target=0,
+        baselines="shuffle",
+        n_baselines=3,
+        n_steps=4,
+        batch_size=16,
+        multiply_by_inputs=False,
+        method="gausslegendre",
     )
     out["ism_exact"] = seqattrib.ism(bpnet, X, target=[0, 1], fast=False, batch_size=50)
     for kind, model in (("bpnet", bpnet), ("basset", basset)):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import seqattrib as sa
+from seqattrib.io import Regions, read_regions
 from seqattrib.io.bigwig import resolve_overlaps, write_bigwig
-from seqattrib.io.genome import Regions, read_regions
 
 pyBigWig = pytest.importorskip("pyBigWig")
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import infer_alphabet_axis
+from ..engine.source import infer_alphabet_axis
 
 
 def project(attributions: Any, X: Any, *, alphabet_axis: int | None = None) -> np.ndarray:

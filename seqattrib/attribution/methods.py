@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import parameter_error
-from .attribution import expected_integrated_gradients, integrated_gradients, saliency
-from .ism import ism
+from .._errors import parameter_error
+from .gradient_methods import expected_integrated_gradients, integrated_gradients, saliency
+from .mutagenesis import ism
 
 METHODS: dict[str, Callable[..., Any]] = {
     "saliency": saliency,

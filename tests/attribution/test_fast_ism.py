@@ -16,8 +16,9 @@ import torch
 from conftest import make_model
 
 import seqattrib as sa
-from seqattrib import _fast_ism
 from seqattrib._errors import SeqAttribWarning
+from seqattrib.attribution.mutagenesis import choice
+from seqattrib.attribution.mutagenesis.fast import FastPlan, plan_windows
 from seqattrib.backends._local_graph import LocalGraph, LocalNode
 
 RELATIVE = 1e-5
@@ -26,9 +27,9 @@ LENGTHS = {"bpnet": 70, "basset": 60, "crested": 80, "convnet": 24}
 
 @pytest.fixture(autouse=True)
 def fresh_plans():
-    _fast_ism.clear_plans()
+    choice.clear_plans()
     yield
-    _fast_ism.clear_plans()
+    choice.clear_plans()
 
 
 def weights_for(kind: str) -> dict[str, np.ndarray]:
@@ -59,7 +60,7 @@ def relative_error(fast: np.ndarray, exact: np.ndarray) -> float:
 
 def plan_of(model):
     """The cached plan (FastPlan) or refusal of ``model``."""
-    (plan,) = _fast_ism._PLANS[model].values()
+    (plan,) = choice._PLANS[model].values()
     return plan
 
 
@@ -72,7 +73,7 @@ def test_fast_equals_exact(framework, layout, kind):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SeqAttribWarning)  # no fallback
         fast = sa.ism(model, X, target=[0, 2], fast=True, batch_size=41)
-    assert isinstance(plan_of(model), _fast_ism.FastPlan)
+    assert isinstance(plan_of(model), FastPlan)
     exact = sa.ism(model, X, target=[0, 2], fast=False, batch_size=41)
     assert fast.shape == exact.shape
     assert relative_error(fast, exact) <= RELATIVE
@@ -127,7 +128,7 @@ def test_unsupported_layer_falls_back_with_one_warning(framework):
     with pytest.warns(SeqAttribWarning, match=name) as record:
         fast = sa.ism(model, X, fast=True)
     assert len([w for w in record if issubclass(w.category, SeqAttribWarning)]) == 1
-    assert not isinstance(plan_of(model), _fast_ism.FastPlan)
+    assert not isinstance(plan_of(model), FastPlan)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SeqAttribWarning)  # decided once: no second warning
         again = sa.ism(model, X, fast="auto")
@@ -167,10 +168,10 @@ def test_auto_decides_from_the_structure(monkeypatch):
     small_field = build("torch", "bpnet", "NCL")  # windows of 21-51 of 70 positions
     X = models.random_one_hot(1, LENGTHS["bpnet"], seed=9, layout="NCL")
     sa.ism(small_field, X, fast="auto")
-    assert plan_of(small_field).cost_ratio <= _fast_ism.AUTO_MAX_COST_RATIO
+    assert plan_of(small_field).cost_ratio <= choice.AUTO_MAX_COST_RATIO
     wide = make_model("torch", "convnet", models.convnet_weights(n_outputs=3), "NCL")
     sa.ism(wide, models.random_one_hot(1, 12, seed=9, layout="NCL"), fast="auto")
-    assert plan_of(wide).cost_ratio > _fast_ism.AUTO_MAX_COST_RATIO
+    assert plan_of(wide).cost_ratio > choice.AUTO_MAX_COST_RATIO
     assert used == [True, False]
     # on an accelerator "auto" keeps the exact path (the windowed ops are launch-bound there)
     monkeypatch.setattr(type(sa.get_backend(small_field)), "on_accelerator", lambda self: True)
@@ -197,7 +198,7 @@ def test_plan_windows_follow_the_receptive_field():
         LocalNode("crop", "crop", (3,), L - 4, 2, offset=2),
         LocalNode("pool", "window", (4,), (L - 4) // 2, 2, kernel=2, stride=2),
     ]
-    plan = _fast_ism.plan_windows(LocalGraph(nodes, [5], lambda h: h), L)
+    plan = plan_windows(LocalGraph(nodes, [5], lambda h: h), L)
     assert plan.widths == [1, 21, 25, 25, 25, 13]
     p = 25  # interior: windows centred on p
     assert plan.starts[:, p].tolist() == [25, 15, 13, 13, 11, 5]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import seqattrib as sa
-from seqattrib.io.genome import (
+from seqattrib.io import (
     Genome,
     Regions,
     chrom_sizes,
@@ -101,7 +101,7 @@ def test_genome_index_in_a_temporary_folder_when_the_folder_is_read_only(
     fasta: Path, monkeypatch: pytest.MonkeyPatch
 ):
     pytest.importorskip("pyfaidx")
-    monkeypatch.setattr("seqattrib.io.genome.os.access", lambda *args: False)
+    monkeypatch.setattr("seqattrib.io.fasta.os.access", lambda *args: False)
     genome = Genome(fasta, backend="pyfaidx")
     assert genome.fetch("chr1", 0, 4) == "ACGG"
     index = Path(genome._tmpdir.name)  # type: ignore[union-attr]
@@ -116,10 +116,10 @@ def test_genome_auto_without_pyfaidx_reads_small_files_only(
     def no_pyfaidx(name: str):
         raise ImportError("seqattrib needs 'pyfaidx' for this: pip install 'seqattrib[genome]'")
 
-    monkeypatch.setattr("seqattrib.io.genome.import_optional", no_pyfaidx)
+    monkeypatch.setattr("seqattrib.io.fasta.import_optional", no_pyfaidx)
     genome = Genome(fasta)
     assert genome.fetch("chr1", 0, 4) == "ACGG" and genome._records is not None
-    monkeypatch.setattr("seqattrib.io.genome.MEMORY_LIMIT_BYTES", 10)
+    monkeypatch.setattr("seqattrib.io.fasta.MEMORY_LIMIT_BYTES", 10)
     with pytest.raises(ImportError, match="seqattrib\\[genome\\]"):
         Genome(fasta).fetch("chr1", 0, 4)
 
@@ -306,7 +306,7 @@ def test_real_hg19_region_windows(tmp_path: Path):
 
 def test_modules_import_no_optional_dependency():
     code = (
-        "import sys, seqattrib.io.genome, seqattrib.io.bigwig, seqattrib.plot\n"
+        "import sys, seqattrib.io.fasta, seqattrib.io.regions, seqattrib.io.windows, seqattrib.io.bigwig, seqattrib.plot\n"
         "print(','.join(m for m in ('matplotlib', 'pyBigWig', 'pyfaidx') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,26 +8,27 @@ gradients is ever alive.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import parameter_error
-from ..backends import Backend
 from .baselines import BaselineSpec
+
+if TYPE_CHECKING:
+    from .job import JobContext
 
 Tensor = Any
 
 
 class GradientKernel:
+    """Rows (sequence, baseline, step) reduced on the device; see the module docstring."""
+
     def __init__(
         self,
-        backend: Backend,
-        model: Any,
+        context: JobContext,
         *,
-        output_fn: Callable[[Any], Any] | None,
-        targets: Sequence[int],
         row_shape: tuple[int, int],
         alphabet_axis: int,
         alphas: np.ndarray,
@@ -38,8 +39,9 @@ class GradientKernel:
         correct_gradient: bool,
         func: str,
     ) -> None:
-        self.backend, self.model, self.output_fn = backend, model, output_fn
-        self.targets = list(targets)
+        backend = context.backend
+        self.backend, self.model, self.head = backend, context.model, context.head
+        self.targets, self.vectorised = context.targets, context.vectorised
         self.row_shape = row_shape
         # alphabet axis of a (R, K, *row) gradient tensor
         self.grad_alphabet_axis = -1 if alphabet_axis == -1 else 2
@@ -88,7 +90,7 @@ class GradientKernel:
         diff = x - b
         alpha = be.asarray(self.alphas[step].reshape(n_rows, 1, 1))
         outputs, grads = be.input_gradients(
-            self.model, b + alpha * diff, self.targets, self.output_fn
+            self.model, b + alpha * diff, self.targets, self.head, self.vectorised
         )
         if self.correct_gradient:
             grads = grads - be.mean(grads, axis=self.grad_alphabet_axis, keepdims=True)
@@ -96,7 +98,11 @@ class GradientKernel:
         if self.multiply_by_inputs:
             weighted = weighted * be.reshape(diff, (n_rows, 1, *self.row_shape))
         segment_ids = be.asarray(segment, "int64")
-        parts = {"attributions": be.segment_sum(weighted, segment_ids, n_segments)}
+        # 0 where a sequence's outputs are finite, NaN where one is not: added to its
+        # attributions, so that finalize refuses it (a NaN output can have finite gradients)
+        flags = be.segment_sum(outputs * 0.0, segment_ids, n_segments)
+        attributions = be.segment_sum(weighted, segment_ids, n_segments)
+        parts = {"attributions": attributions + be.reshape(flags, (n_segments, -1, 1, 1))}
         if self.output_weights is not None:
             scaled = outputs * be.asarray(self.output_weights[step].reshape(n_rows, 1))
             parts["delta"] = be.segment_sum(scaled, segment_ids, n_segments)
@@ -104,18 +110,26 @@ class GradientKernel:
 
     def finalize(self, block: dict[str, np.ndarray], first: int) -> dict[str, np.ndarray]:
         attributions = block["attributions"]
-        finite = np.isfinite(attributions).reshape(len(attributions), -1).all(axis=1)
-        if not finite.all():
-            bad = first + np.flatnonzero(~finite)
-            raise parameter_error(
-                self.func,
-                "model",
-                "a model with finite outputs and gradients",
-                f"NaN or inf for sequences {bad[:5].tolist()}",
-                "Check the model on these inputs (e.g. a log of zero, an overflow).",
-                described=True,
-            )
+        check_finite(attributions, first, self.targets, self.func)
         if "delta" in block:
             # block["delta"] holds f(x) - mean_j f(b_j); completeness subtracts the attributions.
             block = dict(block, delta=block["delta"] - attributions.sum(axis=(2, 3)))
         return block
+
+
+def check_finite(results: np.ndarray, first: int, targets: Sequence[int], func: str) -> None:
+    """Refuse (n, K, ...) results with a NaN or inf, naming the first sequence and target."""
+    finite = np.isfinite(results).reshape(results.shape[0], results.shape[1], -1).all(axis=2)
+    if finite.all():
+        return
+    i, k = (int(v) for v in np.argwhere(~finite)[0])
+    n_bad = int((~finite).any(axis=1).sum())
+    raise parameter_error(
+        func,
+        "model",
+        "a model with finite outputs and gradients",
+        f"NaN or inf for sequence {first + i} (target {targets[k]})"
+        + (f" and {n_bad - 1} more sequence(s) of this block" if n_bad > 1 else ""),
+        "Check the model on that input (e.g. a log of zero, an overflow) or the output_fn.",
+        described=True,
+    )

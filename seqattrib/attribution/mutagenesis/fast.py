@@ -17,25 +17,15 @@ per layer. Recomputing a few unchanged positions there is exact: their inputs ar
 
 from __future__ import annotations
 
-import warnings
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._errors import SeqAttribWarning
-from .backends import Backend
-from .backends._local_graph import GraphUnsupported, LocalGraph, NothingLocal
+from ...backends import WindowedForward
+from ...backends._local_graph import GraphUnsupported, LocalGraph
 
 Tensor = Any
-
-#: ``fast="auto"`` takes the fast path when the local prefix's estimated cost per mutant is at
-#: most this fraction of a full pass through it (window widths x taps, summed over layers).
-AUTO_MAX_COST_RATIO = 0.5
-
-_PLANS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -112,11 +102,39 @@ def plan_windows(graph: LocalGraph, length: int) -> FastPlan:
     return FastPlan(graph, order, starts, widths, ratio)
 
 
-def fast_forward(backend: Backend, plan: FastPlan) -> FastForward:
+def fast_forward(backend: WindowedForward, plan: FastPlan) -> FastForward:
     """The plan's ``FastForward``, made on first use (its compiled functions then stay)."""
     if plan.forward is None:
         plan.forward = FastForward(backend, plan)
     return plan.forward
+
+
+def splice(
+    backend: WindowedForward,
+    reference: Tensor,
+    seq: Tensor,
+    starts: Tensor,
+    width: int,
+    window: Tensor,
+    window_starts: Tensor,
+    axis: int,
+    offsets: tuple[int, int],
+) -> Tensor:
+    """Mutants' values over wider windows, as (B, ...): row ``seq[i]`` of ``reference``
+    (N, a, b) at positions ``starts[i] + j`` (``j < width``) along ``axis`` (1 or 2),
+    overwritten by ``window`` (B, ...; positions ``window_starts[i] + j``) where they overlap.
+
+    ``window_starts - starts`` lies within ``offsets`` (low, high), and ``reference`` is padded
+    so that positions ``starts + low`` to ``starts + high + window width`` exist: a slightly
+    wider run is read so that every window lies inside it, the window is written over it, and
+    the middle is kept.
+    """
+    low, high = offsets
+    n_window = int(window.shape[axis])
+    left, right = max(0, -low), max(0, high + n_window - width)
+    run = backend.gather_windows(reference, seq, starts - left, width + left + right, axis)
+    run = backend.overwrite_windows(run, window, window_starts - starts + left, axis)
+    return backend.pad_positions(run, -left, -right, axis)
 
 
 def _input_width(node: Any, width: int) -> int:
@@ -133,7 +151,7 @@ class FastForward:
     pass, without windows.
     """
 
-    def __init__(self, backend: Backend, plan: FastPlan) -> None:
+    def __init__(self, backend: Any, plan: FastPlan) -> None:
         self.backend, self.plan = backend, plan
         graph = plan.graph
         nodes = self.nodes = graph.nodes
@@ -240,7 +258,8 @@ class FastForward:
         def expand(n: Any, i: int, start: Tensor, width: int) -> Tensor:
             """Input i of node n: its mutant values at positions start + (0 .. width - 1)."""
             left = self.padding[i][0]
-            return be.expand_windows(
+            return splice(
+                be,
                 reference[i],
                 seq,
                 start + left,
@@ -280,97 +299,3 @@ class FastForward:
             for c in self.cut
         ]
         return self.plan.graph.tail(*cut_values)
-
-
-# ---------------------------------------------------------------------- choosing the path
-@dataclass
-class _Refusal:
-    reason: str
-    quiet_in_auto: bool  # nothing local to reuse: "auto" says nothing
-    warned: bool = False
-
-
-def fast_plan(
-    backend: Backend,
-    model: Any,
-    row_shape: tuple[int, int],
-    length_axis: int,
-    device_key: str,
-    check: Callable[[FastPlan], float],
-    *,
-    requested: bool,
-) -> FastPlan | None:
-    """The fast-ISM plan of ``model`` for inputs of ``row_shape``, or None.
-
-    The plan (the read graph and its compiled passes) is cached per model, shape and device,
-    but ``check(plan)`` runs in every call: it compares the fast path with the model itself
-    on a batch of mutants and returns the error as a fraction of the allowed rounding (above 1:
-    wrong). A cached plan that fails (the model changed since it was read) is read again once;
-    a plan that still fails, or a model that cannot be read, is refused. A refusal warns once
-    per model, shape and device: under ``fast=True`` (``requested``) always, under ``"auto"``
-    unless the model simply has no local layers to reuse.
-    """
-    try:
-        per_model = _PLANS.setdefault(model, {})
-    except TypeError:
-        per_model = {}
-    key = (row_shape, length_axis, device_key)
-    entry = per_model.get(key)
-    if isinstance(entry, FastPlan):
-        if _passes(entry, check):
-            return entry
-        entry = None  # the model changed since its graph was read: read it again
-    if entry is None:
-        entry = per_model[key] = _read(backend, model, row_shape, length_axis, check)
-    if isinstance(entry, FastPlan):
-        return entry
-    if not entry.warned and (requested or not entry.quiet_in_auto):
-        entry.warned = True
-        warnings.warn(
-            f"fast ISM is not available for this model: {entry.reason}. Using the exact path "
-            "(every mutant through the whole model); pass fast=False to silence this.",
-            SeqAttribWarning,
-            stacklevel=5,
-        )
-    return None
-
-
-def _passes(plan: FastPlan, check: Callable[[FastPlan], float]) -> bool:
-    try:
-        return check(plan) <= 1.0
-    except Exception:  # noqa: BLE001 - a plan that cannot even run is not used
-        return False
-
-
-def _read(
-    backend: Backend,
-    model: Any,
-    row_shape: tuple[int, int],
-    length_axis: int,
-    check: Callable[[FastPlan], float],
-) -> FastPlan | _Refusal:
-    """Read the model's graph, plan its windows and check the plan; or say why not."""
-    try:
-        graph = backend.local_graph(model, row_shape, length_axis)
-        plan = plan_windows(graph, row_shape[length_axis - 1])
-        error = check(plan)
-    except NothingLocal as exc:
-        return _Refusal(str(exc), quiet_in_auto=True)
-    except GraphUnsupported as exc:
-        return _Refusal(str(exc), quiet_in_auto=False)
-    except Exception as exc:  # noqa: BLE001 - a reader's or a layer's failure: never fatal
-        return _Refusal(
-            f"reading its graph failed ({type(exc).__name__}: {exc})", quiet_in_auto=False
-        )
-    if not error <= 1.0:
-        return _Refusal(
-            "the fast path did not reproduce the model's ISM scores on a check batch "
-            f"({error:.1f}x the float32 rounding allowed)",
-            quiet_in_auto=False,
-        )
-    return plan
-
-
-def clear_plans() -> None:
-    """Forget every cached fast-ISM plan."""
-    _PLANS.clear()

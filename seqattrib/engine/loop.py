@@ -3,9 +3,9 @@
 Rows of all sequences form one flat list (``RowPlan``); a device batch is a contiguous slice of
 it, so it spans sequences. The kernel reduces a batch to one partial result per touched
 sequence on the device (a segment sum); a sequence whose rows straddle batches is carried on the
-device until its last row is in. Finished sequences cross to the host once, in blocks of at most
-``max_cpu_sequences``, and go to the sink. X is read in chunks, so host memory is bounded by
-the chunk, the block and the sink, never by N.
+device until its last row is in. Finished sequences cross to the host once, in host blocks, and
+go to the sink. X is read in input chunks, so host memory is bounded by the chunk, the block and
+the sink, never by N (``blocks`` derives both from ``max_cpu_sequences``).
 """
 
 from __future__ import annotations
@@ -17,24 +17,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._validation import SequenceSource
 from ..backends import Backend, OutOfDeviceMemory
 from . import batching
 from .batching import AutoBatchSizer, FixedBatchSizer
+from .blocks import input_chunk
 from .plan import RowPlan
 from .sinks import Sink
+from .source import SequenceSource
 
 Tensor = Any
 Payload = dict[str, Tensor]
 
-#: Finished sequences kept on the device before one copy to the host (bytes).
-_DEVICE_BLOCK_BYTES = 64 * 2**20
-#: Rows' worth of sequences read from X per chunk (at least one sequence).
-_CHUNK_ROWS = 4096
-
 
 class Kernel(Protocol):
-    """What a method gives the runner."""
+    """What a method gives the loop."""
 
     @property
     def rows_per_sequence(self) -> int | np.ndarray:
@@ -74,13 +70,12 @@ class _Window:
         kernel: Kernel,
         source: SequenceSource,
         backend: Backend,
-        max_sequences: int,
-        mean_rows: float,
+        chunk: int,
     ) -> None:
         self.kernel, self.source, self.backend = kernel, source, backend
         self.lo = self.hi = 0
         self.payload: Payload = {}
-        self.chunk = max(1, min(max_sequences, int(_CHUNK_ROWS // mean_rows)))
+        self.chunk = chunk
 
     def ensure(self, first: int, stop: int) -> None:
         if first > self.lo and self.payload:
@@ -103,7 +98,7 @@ class _Window:
             self.hi = end
 
 
-def run(
+def run_rows(
     kernel: Kernel,
     source: SequenceSource,
     backend: Backend,
@@ -112,11 +107,16 @@ def run(
     *,
     batch_size: int | None,
     max_cpu_sequences: int,
+    host_block: int,
     cache_key: Hashable,
     verbose: bool = False,
     description: str = "",
 ) -> Any:
-    """Run every row of ``kernel`` over ``source`` and return ``sink.result()``."""
+    """Run every row of ``kernel`` over ``source`` into ``sink``; return ``sink.result()``.
+
+    ``batch_size`` rows per device batch (None: probed and cached under ``cache_key``);
+    ``host_block`` finished sequences per copy to the host (see ``blocks``).
+    """
     plan = RowPlan(source.n_sequences, kernel.rows_per_sequence)
     sizer: FixedBatchSizer | AutoBatchSizer = (
         FixedBatchSizer(batch_size)
@@ -128,10 +128,10 @@ def run(
             first_size=batching.ACCELERATOR_START if backend.on_accelerator() else None,
         )
     )
-    window = _Window(kernel, source, backend, max_cpu_sequences, plan.mean_rows)
+    window = _Window(kernel, source, backend, input_chunk(max_cpu_sequences, plan.mean_rows))
     progress = _progress(source.offset, source.n_sequences, verbose, description)
     carry: Payload | None = None
-    done = _Finished(kernel, backend, sink, max_cpu_sequences, progress, source.offset)
+    done = _Finished(kernel, backend, sink, host_block, progress, source.offset)
     start = 0
     while start < plan.n_rows:
         size = sizer.next_size()
@@ -183,21 +183,17 @@ class _Finished:
         kernel: Kernel,
         backend: Backend,
         sink: Sink,
-        max_cpu_sequences: int,
+        block: int,
         progress: Any,
         first: int,
     ) -> None:
         self.kernel, self.backend, self.sink, self.progress = kernel, backend, sink, progress
-        self.max_cpu_sequences = max_cpu_sequences
         self.parts: list[Payload] = []
         self.n_pending = 0
         self.n_written = first  # global index (a resumed run starts past the written rows)
-        self.block = max_cpu_sequences
+        self.block = block
 
     def add(self, part: Payload, n: int) -> None:
-        if not self.parts:
-            per_sequence = sum(int(np.prod(t.shape[1:])) * 4 for t in part.values())
-            self.block = max(1, min(self.max_cpu_sequences, _DEVICE_BLOCK_BYTES // per_sequence))
         self.parts.append(part)
         self.n_pending += n
         if self.n_pending >= self.block:

@@ -1,0 +1,143 @@
+"""Splitting one job over many processes: contiguous shards of X, their file names, the shard a
+scheduler assigned to this process, and one worker per local device.
+
+A shard run with ``out=`` records which rows of the whole job it holds, so that
+``seqattrib.io.merge_tracks`` (``seqattrib merge``) can check the set and join it.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import parameter_error
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Rows ``[start, stop)`` of a job of ``total`` rows split in ``count`` contiguous shards."""
+
+    index: int
+    count: int
+    start: int
+    stop: int
+    total: int
+
+    def setting(self) -> dict[str, int]:
+        """What a tracks file records of its shard."""
+        return {
+            "index": self.index,
+            "count": self.count,
+            "start": self.start,
+            "stop": self.stop,
+            "total": self.total,
+        }
+
+
+def check_shard(shard: Any, func: str) -> tuple[int, int] | None:
+    """``shard`` as (index, count) with 0 <= index < count, or None."""
+    if shard is None:
+        return None
+    ok = (
+        isinstance(shard, (tuple, list))
+        and len(shard) == 2
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in shard)
+        and 0 <= shard[0] < shard[1]
+    )
+    if not ok:
+        raise parameter_error(
+            func,
+            "shard",
+            "None or (index, count) with 0 <= index < count",
+            shard,
+            "shard=(0, 4) runs the first of four contiguous blocks of X.",
+        )
+    return int(shard[0]), int(shard[1])
+
+
+def shard_rows(index: int, count: int, total: int, func: str) -> Shard:
+    """The rows of shard ``index`` of ``count`` of a job of ``total`` rows."""
+    start, stop = index * total // count, (index + 1) * total // count
+    if stop == start:
+        raise parameter_error(
+            func,
+            "shard",
+            f"at most {total} shards for {total} sequences",
+            f"({index}, {count})",
+        )
+    return Shard(index, count, start, stop, total)
+
+
+def resolve_shard(
+    text: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[int, int] | None:
+    """(index, count) from ``--shard i/n``, a SLURM job array or torchrun; None: no sharding."""
+    env = dict(os.environ if environ is None else environ)
+    if text:
+        try:
+            index, count = (int(v) for v in text.split("/"))
+        except ValueError as exc:
+            raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", text) from exc
+    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        count = int(env["SLURM_ARRAY_TASK_COUNT"])
+    elif int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
+        index, count = int(env["RANK"]), int(env["WORLD_SIZE"])
+    else:
+        return None
+    if not 0 <= index < count:
+        raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", f"{index}/{count}")
+    return index, count
+
+
+def shard_path(out: str, index: int, count: int) -> str:
+    """``out`` with ``{shard}`` replaced, else ``.shard-i-of-n`` before the extension."""
+    if "{shard}" in out:
+        return out.replace("{shard}", str(index))
+    path = Path(out)
+    return str(path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}"))
+
+
+def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = False) -> Path:
+    """Run the CLI ``command`` (``explain|ism ... --out F``) once per device, each worker on its
+    own shard with ``CUDA_VISIBLE_DEVICES`` set to its device, then merge their files into F."""
+    from .io.merge import merge_tracks
+
+    command = list(command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command or command[0] not in ("explain", "ism") or "--out" not in command:
+        raise parameter_error(
+            "seqattrib launch",
+            "command",
+            "explain or ism with --out",
+            " ".join(command) or "nothing",
+        )
+    if "--shard" in command:
+        raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
+    out = command[command.index("--out") + 1]
+    workers = []
+    for index, device in enumerate(devices):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)
+        for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "RANK", "WORLD_SIZE"):
+            env.pop(key, None)
+        argv = [sys.executable, "-m", "seqattrib", *command, "--shard", f"{index}/{len(devices)}"]
+        workers.append(subprocess.Popen(argv, env=env))
+    failed = [i for i, worker in enumerate(workers) if worker.wait() != 0]
+    if failed:
+        raise parameter_error(
+            "seqattrib launch",
+            "command",
+            "a command every worker completes",
+            f"failures in shard(s) {failed}",
+            "Rerun the same launch: finished shards are kept and unfinished ones resume.",
+            described=True,
+        )
+    shards = [shard_path(out, i, len(devices)) for i in range(len(devices))]
+    return merge_tracks(shards, out, overwrite=overwrite)
