@@ -225,8 +225,6 @@ def cmd_launch(args: argparse.Namespace) -> Path:
 
 
 def cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
-    if args.framework == "torch":
-        import torch  # noqa: F401  (torch before TensorFlow)
     from .demo import TASKS, run_demo
 
     result = run_demo(
@@ -287,11 +285,7 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seqattrib", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"seqattrib {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _explain_command(sub: Any) -> None:
     p = sub.add_parser("explain", help="saliency, IG or EIG tracks into an HDF5 file")
     _add_model_and_sequences(p)
     p.add_argument("--method", choices=["saliency", "ig", "eig"], default="eig")
@@ -322,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(p)
     p.set_defaults(run=cmd_explain)
 
+
+def _ism_command(sub: Any) -> None:
     p = sub.add_parser("ism", help="saturation mutagenesis into an HDF5 file")
     _add_model_and_sequences(p)
     p.add_argument("--positions", help="start:end window to scan (default: all)")
@@ -335,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(p)
     p.set_defaults(run=cmd_ism)
 
+
+def _export_command(sub: Any) -> None:
     p = sub.add_parser("export", help="TF-MoDISco inputs or bigWig tracks from a tracks file")
     p.add_argument("format", choices=["modisco", "bigwig"])
     p.add_argument("tracks")
@@ -344,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(run=cmd_export)
 
+
+def _plot_command(sub: Any) -> None:
     p = sub.add_parser("plot", help="attribution logo (or ISM heatmap) of one row")
     p.add_argument("tracks")
     p.add_argument("--row", type=int, default=0)
@@ -354,12 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(run=cmd_plot)
 
+
+def _merge_command(sub: Any) -> None:
     p = sub.add_parser("merge", help="merge the shard files of a sharded run")
     p.add_argument("shards", nargs="+")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(run=cmd_merge)
 
+
+def _launch_command(sub: Any) -> None:
     p = sub.add_parser("launch", help="one worker per local device, then merge")
     p.add_argument("--devices", required=True, help="comma list: 0,1,2,3 (GPUs) or cpu,cpu")
     p.add_argument("--overwrite", action="store_true", help="replace the merged output")
@@ -370,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=cmd_launch)
 
+
+def _demo_command(sub: Any) -> None:
     p = sub.add_parser("demo", help="explain the embedded demo model end to end")
     p.add_argument("-o", "--outdir", default="seqattrib-demo")
     p.add_argument("--n-sequences", type=int, default=100)
@@ -378,6 +384,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(run=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqattrib", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"seqattrib {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _explain_command(sub)
+    _ism_command(sub)
+    _export_command(sub)
+    _plot_command(sub)
+    _merge_command(sub)
+    _launch_command(sub)
+    _demo_command(sub)
     return parser
 
 
