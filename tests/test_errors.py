@@ -132,7 +132,7 @@ def test_non_finite_model_outputs(X):
         def forward(self, x):
             return torch.log(x.sum(dim=(1, 2)) - LENGTH)  # log(0)
 
-    with pytest.raises(ValueError, match=r"finite outputs and gradients.*sequence 0 \(target 0\)"):
+    with pytest.raises(ValueError, match=r"finite outputs .and gradients.*sequence 0 \(target 0\)"):
         sa.saliency(Broken(), X)
 
 

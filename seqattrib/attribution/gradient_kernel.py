@@ -127,7 +127,7 @@ def check_finite(results: np.ndarray, first: int, targets: Sequence[int], func: 
     raise parameter_error(
         func,
         "model",
-        "a model with finite outputs and gradients",
+        "a model with finite outputs (and gradients)",
         f"NaN or inf for sequence {first + i} (target {targets[k]})"
         + (f" and {n_bad - 1} more sequence(s) of this block" if n_bad > 1 else ""),
         "Check the model on that input (e.g. a log of zero, an overflow) or the output_fn.",

@@ -18,6 +18,7 @@ from ..._errors import parameter_error
 from ...backends import Backend
 from ...engine import SequenceSource
 from ...engine.outputs import Head
+from ..gradient_kernel import check_finite
 from .fast import FastForward
 
 Tensor = Any
@@ -56,7 +57,7 @@ class IsmKernel:
         self.rows_per_sequence = rows_per_sequence
         self.length = source.length
         self.width = 4 * (window[1] - window[0])  # table width: at most 4 mutants per position
-        self.n_targets = len(targets)
+        self.n_targets, self.targets = len(targets), list(targets)
         self._targets = backend.asarray(np.asarray(targets), "int64")
         nlc = source.alphabet_axis == -1
         self._mask_shape = (-1, self.length, 1) if nlc else (-1, 1, self.length)
@@ -120,29 +121,20 @@ class IsmKernel:
 
     def finalize(self, block: dict[str, np.ndarray], first: int) -> dict[str, np.ndarray]:
         scores = block["attributions"]
-        finite = np.isfinite(scores).reshape(len(scores), -1).all(axis=1)
-        if not finite.all():
-            bad = (first + np.flatnonzero(~finite))[:5].tolist()
-            if self.score == "log_ratio":
-                raise parameter_error(
-                    self.func,
-                    "score",
-                    "'delta' unless every model output is positive",
-                    f"'log_ratio' with non-positive outputs for sequences {bad}",
-                    "Use score='delta', or an output_fn that returns positive values "
-                    "(e.g. counts or probabilities).",
-                    described=True,
-                )
-            raise parameter_error(
-                self.func,
-                "model",
-                "a model with finite outputs",
-                f"NaN or inf for sequences {bad}",
-                "Check the model on these inputs.",
-                described=True,
-            )
         n = len(scores)
         nlc = scores.reshape(n, self.length, 4, self.n_targets).transpose(0, 3, 1, 2)
+        if self.score == "log_ratio" and not np.isfinite(nlc).all():
+            bad = np.flatnonzero(~np.isfinite(nlc).reshape(n, -1).all(axis=1))
+            raise parameter_error(
+                self.func,
+                "score",
+                "'delta' unless every model output is positive",
+                f"'log_ratio' with non-positive outputs for sequence {first + int(bad[0])}",
+                "Use score='delta', or an output_fn that returns positive values "
+                "(e.g. counts or probabilities).",
+                described=True,
+            )
+        check_finite(nlc, first, self.targets, self.func)
         return {"attributions": np.ascontiguousarray(self.source.from_nlc(nlc))}
 
 
