@@ -16,6 +16,7 @@ from .attribution import (
     ism_to_hypothetical,
     project,
     quadrature,
+    relative_standard_error,
     saliency,
 )
 from .backends import get_backend
@@ -38,5 +39,6 @@ __all__ = [
     "one_hot",
     "project",
     "quadrature",
+    "relative_standard_error",
     "saliency",
 ]

@@ -115,7 +115,12 @@ def cmd_explain(args: argparse.Namespace) -> str:
             baselines=args.baselines or ("dinuc_shuffle" if args.method == "eig" else "zeros"),
         )
     if args.method == "eig":
-        kwargs["n_baselines"] = args.n_baselines
+        kwargs.update(
+            n_baselines=args.n_baselines,
+            return_stderr=args.stderr,
+            tolerance=args.tolerance,
+            max_baselines=args.max_baselines,
+        )
     kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
     kwargs["correct_gradient"] = args.correct_gradient
     path = explain(model, X, method=args.method, **kwargs)
@@ -312,6 +317,22 @@ def _explain_command(sub: Any) -> None:
         help="hypothetical scores (multiply_by_inputs=False), for TF-MoDISco",
     )
     p.add_argument("--correct-gradient", action="store_true")
+    p.add_argument(
+        "--stderr",
+        action="store_true",
+        help="eig: also store the standard error of each attribution (dataset 'stderr')",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        help="eig: add baselines per sequence until its relative standard error is at most this",
+    )
+    p.add_argument(
+        "--max-baselines",
+        type=int,
+        default=400,
+        help="eig with --tolerance: the most baselines per sequence (default: 400)",
+    )
     p.add_argument("--random-state", type=int, default=0)
     _add_run(p)
     p.set_defaults(run=cmd_explain)

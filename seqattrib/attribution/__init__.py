@@ -3,6 +3,7 @@ each a kernel on the engine behind one job layer."""
 
 from __future__ import annotations
 
+from .adaptive import relative_standard_error
 from .baselines import dinucleotide_shuffle
 from .gradient_methods import expected_integrated_gradients, integrated_gradients, saliency
 from .methods import explain
@@ -19,5 +20,6 @@ __all__ = [
     "ism_to_hypothetical",
     "project",
     "quadrature",
+    "relative_standard_error",
     "saliency",
 ]

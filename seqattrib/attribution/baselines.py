@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,13 +19,34 @@ from .._errors import parameter_error
 from ..engine import SequenceSource
 
 NAMES = ("zeros", "uniform", "shuffle", "dinuc_shuffle", "random")
+#: Baselines drawn at random per sequence (the others are the same for every draw).
+RANDOM_KINDS = ("shuffle", "dinuc_shuffle", "random")
 
 
-def sequence_rng(seed: int, x_nlc: np.ndarray) -> np.random.Generator:
-    """A generator that depends only on ``seed`` and the sequence (an (L, 4) array)."""
+def sequence_rng(seed: int, x_nlc: np.ndarray, block: int = 0) -> np.random.Generator:
+    """A generator that depends only on ``seed`` and the sequence (an (L, 4) array); block b > 0
+    of a stream drawn in blocks has its own, independent generator."""
     data = np.ascontiguousarray(x_nlc, dtype=np.float32).tobytes()
-    digest = hashlib.blake2b(data, digest_size=16).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+    digest = int.from_bytes(hashlib.blake2b(data, digest_size=16).digest(), "little")
+    return np.random.default_rng([seed, digest] if block == 0 else [seed, digest, block])
+
+
+def _blocks(
+    draw: Callable[[int, np.random.Generator], np.ndarray],
+    x_nlc: np.ndarray,
+    seed: int,
+    baseline_range: tuple[int, int] | None,
+    n_baselines: int,
+) -> np.ndarray:
+    """Baselines of one sequence: ``draw(n, rng)`` once (a plain run), or the blocks of
+    ``n_baselines`` (``baseline_range`` in whole blocks) of its stream, block b drawn with
+    ``sequence_rng(seed, x, b)``, so that runs in rounds add new, independent baselines and
+    their first round is the plain run."""
+    if baseline_range is None:
+        return draw(n_baselines, sequence_rng(seed, x_nlc))
+    lo, hi = baseline_range
+    blocks = range(lo // n_baselines, -(-hi // n_baselines))
+    return np.concatenate([draw(n_baselines, sequence_rng(seed, x_nlc, b)) for b in blocks])
 
 
 def _tokens(x_nlc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,13 +143,19 @@ def resolve_baselines(
     *,
     per_sequence_array: bool,
     row_offset: int = 0,
+    baseline_range: tuple[int, int] | None = None,
 ) -> BaselineSpec:
     """Turn the ``baselines`` argument into a ``BaselineSpec``.
 
     ``per_sequence_array`` is True for EIG, whose arrays are (B, *row) or (N, B, *row); for IG
     (one baseline) arrays are (*row) or (N, *row). ``row_offset``: the row of X (and of a
-    per-sequence array) where the run starts (a shard).
+    per-sequence array) where the run starts (a shard). ``baseline_range`` (lo, hi): random
+    baselines lo to hi - 1 of each sequence's stream (its first ``hi`` draws), for runs that add
+    baselines in rounds, in blocks of ``n_baselines`` (lo and hi are multiples of it).
     """
+    block = n_baselines
+    if baseline_range is not None:
+        n_baselines = baseline_range[1] - baseline_range[0]
     row = source.row_shape
     if isinstance(baselines, str):
         if baselines == "zeros":
@@ -139,7 +167,9 @@ def resolve_baselines(
 
             def per_sequence(x: np.ndarray, first: int) -> np.ndarray:
                 nlc = source.to_nlc(x)
-                out = np.stack([generate(s, n_baselines, sequence_rng(seed, s)) for s in nlc])
+                out = np.stack(
+                    [_blocks(partial(generate, s), s, seed, baseline_range, block) for s in nlc]
+                )
                 return source.from_nlc(out)
 
             return BaselineSpec(n_baselines, baselines, per_sequence=per_sequence)
@@ -155,14 +185,14 @@ def resolve_baselines(
         def per_sequence(x: np.ndarray, first: int) -> np.ndarray:
             out = []
             for i, s in enumerate(x):
-                b = np.asarray(fn(s, n_baselines, sequence_rng(seed, source.to_nlc(s[None])[0])))
+                nlc = source.to_nlc(s[None])[0]
+                b = _blocks(partial(_call, fn, s), nlc, seed, baseline_range, block)
                 b = b.astype(np.float32, copy=False)
                 if b.shape != (n_baselines, *row):
                     raise parameter_error(
                         func,
                         "baselines",
-                        f"a callable returning shape {(n_baselines, *row)} "
-                        "(n_baselines, *X.shape[1:])",
+                        f"a callable returning shape {(block, *row)} (n_baselines, *X.shape[1:])",
                         f"shape {b.shape} for sequence {first + i}",
                         described=True,
                     )
@@ -201,6 +231,10 @@ def resolve_baselines(
         "Transpose the baselines to the layout of X, or pass a name such as 'dinuc_shuffle'.",
         described=True,
     )
+
+
+def _call(fn: Callable[..., Any], x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    return np.asarray(fn(x, n, rng))
 
 
 def describe_baselines(baselines: Any) -> str:

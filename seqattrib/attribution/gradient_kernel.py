@@ -38,6 +38,8 @@ class GradientKernel:
         multiply_by_inputs: bool,
         correct_gradient: bool,
         func: str,
+        return_stderr: bool = False,
+        raw_moments: bool = False,
     ) -> None:
         backend = context.backend
         self.backend, self.model, self.head = backend, context.model, context.head
@@ -47,8 +49,14 @@ class GradientKernel:
         self.grad_alphabet_axis = -1 if alphabet_axis == -1 else 2
         self.baselines = baselines
         n_b = baselines.n_baselines
+        self.n_baselines = n_b
         self.n_steps = len(alphas)
         self.rows_per_sequence = n_b * self.n_steps
+        self.return_stderr = return_stderr
+        self.raw_moments = raw_moments  # leave mean, second moment and delta as raw sums
+        #: with return_stderr, device batches hold whole paths: each baseline's path integral
+        #: is complete in one batch, and its square is taken there
+        self.row_alignment = self.n_steps if return_stderr else 1
         self.alphas = alphas.astype(np.float32)
         self.weights = (weights / n_b).astype(np.float32)
         self.output_weights = (
@@ -106,14 +114,35 @@ class GradientKernel:
         if self.output_weights is not None:
             scaled = outputs * be.asarray(self.output_weights[step].reshape(n_rows, 1))
             parts["delta"] = be.segment_sum(scaled, segment_ids, n_segments)
+        if self.return_stderr:
+            parts["second_moment"] = self._second_moment(weighted, segment, baseline, n_segments)
         return parts
+
+    def _second_moment(
+        self, weighted: Tensor, segment: np.ndarray, baseline: np.ndarray, n_segments: int
+    ) -> Tensor:
+        """Sum over the batch's paths of (path integral / B) squared, per sequence: the path
+        integral of baseline j of a sequence is the sum of its rows (all in this batch)."""
+        be, n_b = self.backend, self.n_baselines
+        paths = be.segment_sum(
+            weighted, be.asarray(segment * n_b + baseline, "int64"), n_segments * n_b
+        )
+        owner = be.asarray(np.arange(n_segments * n_b) // n_b, "int64")
+        return be.segment_sum(paths * paths, owner, n_segments)
 
     def finalize(self, block: dict[str, np.ndarray], first: int) -> dict[str, np.ndarray]:
         attributions = block["attributions"]
         check_finite(attributions, first, self.targets, self.func)
+        if self.raw_moments:
+            return block
         if "delta" in block:
             # block["delta"] holds f(x) - mean_j f(b_j); completeness subtracts the attributions.
             block = dict(block, delta=block["delta"] - attributions.sum(axis=(2, 3)))
+        if "second_moment" in block:
+            block = dict(block)
+            block["stderr"] = standard_error(
+                attributions, block.pop("second_moment"), self.n_baselines
+            )
         return block
 
 
@@ -133,3 +162,15 @@ def check_finite(results: np.ndarray, first: int, targets: Sequence[int], func: 
         "Check the model on that input (e.g. a log of zero, an overflow) or the output_fn.",
         described=True,
     )
+
+
+def standard_error(mean: np.ndarray, second_moment: np.ndarray, n_baselines: int) -> np.ndarray:
+    """Standard error of a mean over ``n_baselines`` path integrals A_j, from ``mean`` = sum_j
+    A_j / B and ``second_moment`` = sum_j (A_j / B)^2: sqrt(sample variance / B), in float64
+    (float32 result). 0 for one baseline (a deterministic reference has no sampling error)."""
+    if n_baselines < 2:
+        return np.zeros_like(mean)
+    b = float(n_baselines)
+    m, s2 = mean.astype(np.float64), second_moment.astype(np.float64)
+    variance_of_mean = (b * s2 - m * m) / (b - 1.0)
+    return np.sqrt(np.maximum(variance_of_mean, 0.0)).astype(np.float32)

@@ -17,7 +17,8 @@ import numpy as np
 from .._errors import parameter_error
 from .._validation import check_positive_int
 from ..engine import SequenceSource, as_source
-from .baselines import BaselineSpec, describe_baselines, resolve_baselines
+from .adaptive import Engine, run_to_tolerance
+from .baselines import RANDOM_KINDS, BaselineSpec, describe_baselines, resolve_baselines
 from .gradient_kernel import GradientKernel
 from .job import JobContext, drop_target_axis, run_job
 from .options import RunOptions, shared_docs
@@ -42,12 +43,16 @@ class GradientMethod:
     correct_gradient: bool
     return_delta: bool
     random_state: Any
+    return_stderr: bool = False
+    tolerance: float | None = None
+    max_baselines: int = 0
 
     def __post_init__(self) -> None:
         func = self.func
-        for name in ("multiply_by_inputs", "correct_gradient", "return_delta"):
+        for name in ("multiply_by_inputs", "correct_gradient", "return_delta", "return_stderr"):
             if not isinstance(getattr(self, name), bool):
                 raise parameter_error(func, name, "True or False", getattr(self, name))
+        self._check_sampling()
         if self.return_delta and not self.multiply_by_inputs:
             raise parameter_error(
                 func,
@@ -59,6 +64,46 @@ class GradientMethod:
         if self.n_steps is not None:
             check_positive_int(self.n_steps, "n_steps", func)
             quadrature(self.rule, self.n_steps)  # validates the rule before any work
+
+    def _check_sampling(self) -> None:
+        """Standard errors need a spread of baselines; a tolerance needs random ones."""
+        func = self.func
+        random = self.n_steps is not None and (
+            callable(self.baselines)
+            or (isinstance(self.baselines, str) and self.baselines in RANDOM_KINDS)
+        )
+        if self.return_stderr and random and self.n_baselines < 2 and self.tolerance is None:
+            raise parameter_error(
+                func,
+                "return_stderr",
+                "False with one random baseline per sequence",
+                True,
+                "A standard error needs at least two baselines per sequence: use "
+                "expected_integrated_gradients with n_baselines >= 2.",
+            )
+        if self.tolerance is None:
+            return
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)):
+            raise parameter_error(func, "tolerance", "None or a positive number", self.tolerance)
+        if not 0 < float(self.tolerance) < np.inf:
+            raise parameter_error(func, "tolerance", "None or a positive number", self.tolerance)
+        if not random:
+            raise parameter_error(
+                func,
+                "tolerance",
+                "None unless the baselines are random (a name such as 'dinuc_shuffle', or a "
+                "callable)",
+                self.tolerance,
+                "Fixed baselines have no sampling error to reduce.",
+            )
+        check_positive_int(self.max_baselines, "max_baselines", func)
+        if self.max_baselines < self.n_baselines:
+            raise parameter_error(
+                func,
+                "max_baselines",
+                f"at least n_baselines ({self.n_baselines})",
+                self.max_baselines,
+            )
 
     def path(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Points, gradient weights and (for return_delta) output weights of one path."""
@@ -86,26 +131,49 @@ class GradientMethod:
             "multiply_by_inputs": self.multiply_by_inputs,
             "correct_gradient": self.correct_gradient,
             "return_delta": self.return_delta,
+            "return_stderr": self.return_stderr,
+            "tolerance": self.tolerance,
+            "max_baselines": self.max_baselines if self.tolerance is not None else None,
         }
 
     def row_shapes(self, n_targets: int) -> dict[str, tuple[int, ...]]:
         shapes: dict[str, tuple[int, ...]] = {"attributions": (n_targets, *self.source.row_shape)}
         if self.return_delta:
             shapes["delta"] = (n_targets,)
+        if self.return_stderr:
+            shapes["stderr"] = (n_targets, *self.source.row_shape)
+        if self.tolerance is not None:
+            shapes["n_baselines"] = (n_targets,)  # the same for every target
         return shapes
 
     def kernel(self, context: JobContext) -> GradientKernel:
+        return self._kernel(context, self.source, None)
+
+    def round_kernel(
+        self, context: JobContext, source: SequenceSource, baseline_range: tuple[int, int]
+    ) -> GradientKernel:
+        """The kernel of one round of a run to a tolerance: baselines ``baseline_range`` of
+        each sequence of ``source``, results left as raw sums (see ``adaptive``)."""
+        return self._kernel(context, source, baseline_range)
+
+    def _kernel(
+        self,
+        context: JobContext,
+        source: SequenceSource,
+        baseline_range: tuple[int, int] | None,
+    ) -> GradientKernel:
         spec = (
             BaselineSpec(1, "zeros", constant=0.0)
             if self.n_steps is None
             else resolve_baselines(
                 self.baselines,
                 self.n_baselines,
-                self.source,
+                source,
                 context.seed,
                 self.func,
                 per_sequence_array=self.per_sequence_array,
                 row_offset=context.row_offset,
+                baseline_range=baseline_range,
             )
         )
         alphas, weights, output_weights = self.path()
@@ -120,7 +188,19 @@ class GradientMethod:
             multiply_by_inputs=self.multiply_by_inputs,
             correct_gradient=self.correct_gradient,
             func=self.func,
+            return_stderr=self.return_stderr or baseline_range is not None,
+            raw_moments=baseline_range is not None,
         )
+
+    def run(
+        self, context: JobContext, sink: Any, engine: Engine, block: int, verbose: bool
+    ) -> bool:
+        """Run to a tolerance when one is set (and return True); else leave the run to the
+        job's single pass (False)."""
+        if self.tolerance is None:
+            return False
+        run_to_tolerance(self, context, sink, engine, block, verbose)
+        return True
 
 
 def _attribute(method: GradientMethod, model: Any, options: RunOptions) -> Any:
@@ -128,9 +208,12 @@ def _attribute(method: GradientMethod, model: Any, options: RunOptions) -> Any:
     if isinstance(result, str):
         return result
     result = drop_target_axis(result, squeeze)
-    if not method.return_delta:
-        return result["attributions"]
-    return result["attributions"], result["delta"]
+    names = ["attributions"] + ["delta"] * method.return_delta + ["stderr"] * method.return_stderr
+    returned = [result[name] for name in names]
+    if method.tolerance is not None:
+        counts = result["n_baselines"]
+        returned.append((counts if counts.ndim == 1 else counts[:, 0]).astype(np.int64))
+    return tuple(returned) if len(returned) > 1 else returned[0]
 
 
 @shared_docs
@@ -226,7 +309,8 @@ def integrated_gradients(
     regions: Any = None,
     shard: tuple[int, int] | None = None,
     return_delta: bool = False,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray] | str:
+    return_stderr: bool = False,
+) -> np.ndarray | tuple[np.ndarray, ...] | str:
     """Integrated gradients from one baseline per sequence.
 
     Use IG when one reference is meaningful (all zeros, 0.25 everywhere, or a chosen
@@ -267,6 +351,9 @@ def integrated_gradients(
     [[regions]]
     [[shard]]
     [[return_delta]]
+    return_stderr : bool
+        Also return the standard error of the attributions: 0 for a fixed baseline; an error
+        for one random baseline (use ``expected_integrated_gradients``).
 
     Returns
     -------
@@ -286,6 +373,7 @@ def integrated_gradients(
         correct_gradient=correct_gradient,
         return_delta=return_delta,
         random_state=random_state,
+        return_stderr=return_stderr,
     )
     return _attribute(gradient_method, model, options)
 
@@ -315,7 +403,10 @@ def expected_integrated_gradients(
     regions: Any = None,
     shard: tuple[int, int] | None = None,
     return_delta: bool = False,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray] | str:
+    return_stderr: bool = False,
+    tolerance: float | None = None,
+    max_baselines: int = 400,
+) -> np.ndarray | tuple[np.ndarray, ...] | str:
     """Expected integrated gradients: IG averaged over many baselines per sequence.
 
     Use EIG for DNA models by default: dinucleotide-shuffled references keep the sequence's
@@ -356,10 +447,20 @@ def expected_integrated_gradients(
     [[regions]]
     [[shard]]
     [[return_delta]]
+    [[return_stderr]]
+    tolerance : float, optional
+        Add baselines to each sequence in rounds (``n_baselines`` first, then doubling) until
+        the relative standard error of each of its targets, ||stderr|| / ||attributions||, is
+        at most this, or ``max_baselines`` is reached: easy sequences stop early, hard ones get
+        more. Random baselines only.
+    max_baselines : int
+        The most baselines a sequence gets with ``tolerance``.
 
     Returns
     -------
     [[attribution_returns]]
+    n_baselines : int64 array of shape (n_sequences,), only with ``tolerance``
+        The baselines each sequence used (also stored in ``out`` files).
     """
     func = "expected_integrated_gradients"
     n_baselines = check_positive_int(n_baselines, "n_baselines", func)
@@ -376,5 +477,8 @@ def expected_integrated_gradients(
         correct_gradient=correct_gradient,
         return_delta=return_delta,
         random_state=random_state,
+        return_stderr=return_stderr,
+        tolerance=tolerance,
+        max_baselines=max_baselines,
     )
     return _attribute(gradient_method, model, options)

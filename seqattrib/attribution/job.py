@@ -40,7 +40,11 @@ class JobContext:
 
 
 class Method(Protocol):
-    """A feature-attribution method, as the job layer sees it."""
+    """A feature-attribution method, as the job layer sees it.
+
+    A method may also have ``run(context, sink, engine, block, verbose) -> bool`` to drive the
+    engine itself (e.g. in rounds); returning False leaves the run to the job's single pass.
+    """
 
     #: Name in messages and files ("ism", "integrated_gradients", ...).
     func: str
@@ -109,19 +113,25 @@ def run_job(
                     0 if shard is None else shard.start,
                 )
                 key: Hashable = (func, be.name, str(device), source.row_shape, len(targets))
-                run_rows(
-                    method.kernel(context),
-                    todo,
-                    be,
-                    model,
-                    sink,
-                    batch_size=options.batch_size,
-                    max_cpu_sequences=options.max_cpu_sequences,
-                    host_block=block,
-                    cache_key=key,
-                    verbose=options.verbose,
-                    description=func,
-                )
+
+                def engine(kernel: Kernel, rows: SequenceSource, into: Any) -> Any:
+                    return run_rows(
+                        kernel,
+                        rows,
+                        be,
+                        model,
+                        into,
+                        batch_size=options.batch_size,
+                        max_cpu_sequences=options.max_cpu_sequences,
+                        host_block=block,
+                        cache_key=key,
+                        verbose=options.verbose and rows is todo,
+                        description=func,
+                    )
+
+                own_run = getattr(method, "run", None)
+                if own_run is None or not own_run(context, sink, engine, block, options.verbose):
+                    engine(method.kernel(context), todo, sink)
         finally:
             if options.out is not None:
                 sink.close()

@@ -168,13 +168,21 @@ shard : (index, count), optional
 return_delta : bool
     Also return the completeness gap f(x) - mean_j f(b_j) - sum of attributions, of shape
     (n_sequences,) for an int target, else (n_sequences, K).""",
+    "return_stderr": """\
+return_stderr : bool
+    Also return the standard error of each attribution (the shape of the attributions): the
+    spread of the per-baseline path integrals over sqrt(n_baselines), accumulated on the
+    device. It is the sampling error of the random baselines, not the model's uncertainty nor
+    the error of the integration rule.""",
     "attribution_returns": """\
 attributions : ndarray of float32
     Shape (n_sequences, *X.shape[1:]) for an int target, else (n_sequences, K,
     *X.shape[1:]), in the layout of X.
 delta : ndarray of float32, only with ``return_delta=True``
+stderr : ndarray of float32, only with ``return_stderr=True``
+    The shape of the attributions.
 
-With ``out=``, the file's path instead (the delta is stored in the file).""",
+With ``out=``, the file's path instead (delta and stderr are stored in the file).""",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -128,6 +128,7 @@ def run_rows(
             first_size=batching.ACCELERATOR_START if backend.on_accelerator() else None,
         )
     )
+    align = int(getattr(kernel, "row_alignment", 1))  # batches of whole groups of rows
     window = _Window(kernel, source, backend, input_chunk(max_cpu_sequences, plan.mean_rows))
     progress = _progress(source.offset, source.n_sequences, verbose, description)
     carry: Payload | None = None
@@ -135,7 +136,7 @@ def run_rows(
     start = 0
     while start < plan.n_rows:
         size = sizer.next_size()
-        stop = min(start + size, plan.n_rows)
+        stop = min(start + max(align, size // align * align), plan.n_rows)
         first, last = plan.sequences(start, stop)
         window.ensure(first, last)
         sequence, row_in_sequence = plan.rows(start, stop)
