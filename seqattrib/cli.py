@@ -109,18 +109,20 @@ def cmd_explain(args: argparse.Namespace) -> str:
     kwargs = _common_run(args, framework, regions)
     if args.method in ("ig", "eig"):
         kwargs.update(
-            n_steps=args.n_steps,
-            quadrature=args.integration,
             random_state=args.random_state,
             baselines=args.baselines or ("dinuc_shuffle" if args.method == "eig" else "zeros"),
         )
+        given = {"n_steps": args.n_steps, "quadrature": args.integration}
+        kwargs.update({key: value for key, value in given.items() if value is not None})
     if args.method == "eig":
         kwargs.update(
-            n_baselines=args.n_baselines,
             return_stderr=args.stderr,
             tolerance=args.tolerance,
             max_baselines=args.max_baselines,
+            preset=args.preset,
         )
+        if args.n_baselines is not None:
+            kwargs["n_baselines"] = args.n_baselines
     kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
     kwargs["correct_gradient"] = args.correct_gradient
     path = explain(model, X, method=args.method, **kwargs)
@@ -241,7 +243,7 @@ def cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
         verbose=not args.quiet,
     )
     print(
-        f"EIG (25 dinucleotide-shuffled baselines x 26 steps, 3 targets) on "
+        f"EIG (64 dinucleotide-shuffled baselines x 3 Gauss-Legendre points, 3 targets) on "
         f"{result['n_sequences']} demo sequences in {result['seconds']:.1f} s"
     )
     for task in TASKS:
@@ -294,14 +296,22 @@ def _explain_command(sub: Any) -> None:
     p = sub.add_parser("explain", help="saliency, IG or EIG tracks into an HDF5 file")
     _add_model_and_sequences(p)
     p.add_argument("--method", choices=["saliency", "ig", "eig"], default="eig")
-    p.add_argument("--n-steps", type=int, default=25)
-    p.add_argument("--n-baselines", type=int, default=25)
+    p.add_argument(
+        "--n-steps",
+        type=int,
+        help="points (gausslegendre) or intervals of each path (default: 25 for ig, 3 for eig)",
+    )
+    p.add_argument("--n-baselines", type=int, help="eig: baselines per sequence (default: 64)")
+    p.add_argument(
+        "--preset",
+        choices=["crested"],
+        help="eig: CREsted's 25 baselines x 25 trapezoid steps instead of the defaults",
+    )
     p.add_argument(
         "--baselines", choices=["zeros", "uniform", "shuffle", "dinuc_shuffle", "random"]
     )
     p.add_argument(
         "--integration",
-        default="riemann_trapezoid",
         choices=[
             "riemann_trapezoid",
             "riemann_left",
@@ -309,7 +319,7 @@ def _explain_command(sub: Any) -> None:
             "riemann_middle",
             "gausslegendre",
         ],
-        help="quadrature rule",
+        help="quadrature rule (default: riemann_trapezoid for ig, gausslegendre for eig)",
     )
     p.add_argument(
         "--hypothetical",

@@ -28,6 +28,8 @@ EIG = [
     "3",
     "--n-steps",
     "4",
+    "--integration",
+    "riemann_trapezoid",
     "--batch-size",
     "15",
     "--target",

@@ -14,7 +14,7 @@ from helpers import FLOAT32, assert_close
 
 import seqattrib as sa
 
-POINTS = 4  # n_steps=3 with the trapezoid rule: 4 points per path
+POINTS = 3  # n_steps=3 Gauss-Legendre points per path (the default rule)
 
 
 @pytest.fixture(scope="module")
