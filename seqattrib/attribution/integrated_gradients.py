@@ -43,8 +43,8 @@ _TAIL_DOC = """
     Returns
     -------
     attributions : ndarray of float32
-        Shape (n_sequences, *X.shape[1:]) for an int target, else (n_sequences, K,
-        *X.shape[1:]), in the layout of X.
+        Shape ``(n_sequences, *X.shape[1:])`` for an int target, else
+        ``(n_sequences, K, *X.shape[1:])``, in the layout of X.
     delta : ndarray of float32, only with ``return_delta=True``
 
     With ``out=``, the file's path instead (the delta is stored in the file).
@@ -181,8 +181,8 @@ def expected_integrated_gradients(
         Framework-native function from the raw model output to a (batch, K) tensor.
     baselines : str, array or callable
         ``"dinuc_shuffle"`` (keeps every dinucleotide count), ``"shuffle"``, ``"random"``,
-        ``"zeros"``, ``"uniform"``, an array (n_baselines, *X.shape[1:]) shared by all sequences
-        or (n_sequences, n_baselines, *X.shape[1:]), or ``fn(x, n_baselines, rng)``.
+        ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])`` shared by all
+        sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or ``fn(x, n_baselines, rng)``.
     n_baselines : int
         Baselines per sequence (constant baselines collapse to one: they are all equal).
     n_steps : int
