@@ -35,7 +35,8 @@ def blocks(page: Path) -> list[tuple[str, str]]:
     return [(lang, code) for lang, code in FENCE.findall(page.read_text()) if lang in RUN]
 
 
-PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if blocks(p))
+SOURCES = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)
+PAGES = [p.relative_to(DOCS).as_posix() for p in SOURCES if blocks(p)]
 
 
 def _params() -> list:
@@ -100,7 +101,7 @@ def test_page_code_runs(page: str, workdir: Path) -> None:
 def test_every_page_is_in_a_toctree() -> None:
     index = (DOCS / "index.md").read_text()
     listed = set(re.findall(r"^([\w/-]+)$", index, flags=re.M))
-    pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")}
+    pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in SOURCES}
     assert pages - {"index"} <= listed, sorted(pages - {"index"} - listed)
 
 
