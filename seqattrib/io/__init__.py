@@ -1,4 +1,4 @@
-"""Sequence encoding and (later) genome and track files.
+"""Sequences and files: one-hot encoding, genomes and regions, tracks files, TF-MoDISco and bigWig.
 
 Only numpy is imported here; file formats import their libraries when first used.
 """
