@@ -8,7 +8,7 @@ tests run them for real. They skip without a CUDA device (CI has none); run them
 CUDA against CPU: cuDNN's float32 convolutions are far less accurate than the CPU's here. On
 an H200 (torch 2.11, TF32 off through ``fp32_precision="ieee"``), saliency of the 9-layer
 BPNet-like model was 2.1e-3 (relative to its largest value) from a float64 reference, against
-2.4e-7 on the CPU (tests/benchmarks/gpu_precision.py; with TF32 on, 3.9e-2), and IG and EIG on
+2.4e-7 on the CPU (benchmarks/gpu_precision.py; with TF32 on, 3.9e-2), and IG and EIG on
 CUDA differed from the CPU by 1.5e-3 and 1.1e-3. Gradients across devices are therefore held to
 5e-3 of their largest value (``ACROSS_DEVICES``); a wrong row, weight or target moves them by
 O(1). Forward-only results (ISM, TracIn) are held to ``CROSS_FRAMEWORK`` and two paths on the

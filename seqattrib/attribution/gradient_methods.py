@@ -238,8 +238,8 @@ def expected_integrated_gradients(
     [[output_fn]]
     baselines : str, array or callable
         ``"dinuc_shuffle"`` (keeps every dinucleotide count), ``"shuffle"``, ``"random"``,
-        ``"zeros"``, ``"uniform"``, an array (n_baselines, *X.shape[1:]) shared by all sequences
-        or (n_sequences, n_baselines, *X.shape[1:]), or ``fn(x, n_baselines, rng)``.
+        ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])`` shared by all
+        sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or ``fn(x, n_baselines, rng)``.
     n_baselines : int
         Baselines per sequence (constant baselines collapse to one: they are all equal).
     n_steps : int

@@ -176,8 +176,8 @@ return_stderr : bool
     the error of the integration rule.""",
     "attribution_returns": """\
 attributions : ndarray of float32
-    Shape (n_sequences, *X.shape[1:]) for an int target, else (n_sequences, K,
-    *X.shape[1:]), in the layout of X.
+    Shape ``(n_sequences, *X.shape[1:])`` for an int target, else
+    ``(n_sequences, K, *X.shape[1:])``, in the layout of X.
 delta : ndarray of float32, only with ``return_delta=True``
 stderr : ndarray of float32, only with ``return_stderr=True``
     The shape of the attributions.

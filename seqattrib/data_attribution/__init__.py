@@ -1,8 +1,8 @@
 """Data attribution: which training sequences are behind a model's predictions.
 
 ``TracIn`` follows loss gradients over training checkpoints; ``TRAK`` linearises the model at
-each checkpoint and weighs training examples through the kernel of their projected gradients
-(DESIGN section 6). Checkpoints are loaded into the user's model one at a time; results are
+each checkpoint and weighs training examples through the kernel of their projected gradients.
+Checkpoints are loaded into the user's model one at a time; results are
 fresh numpy arrays.
 """
 

@@ -120,7 +120,7 @@ class TRAK:
     linearises the model around checkpoints of training, so unlike TracIn it accounts for the
     correlations between training examples through the kernel ``(Phi^T Phi + lambda I)^-1`` and
     predicts what retraining on a subset would do (its scores are tested against retraining in
-    ``tests/benchmarks/bench_lds.py``). It needs one or more checkpoints, ideally the final
+    ``benchmarks/bench_lds.py``). It needs one or more checkpoints, ideally the final
     weights of independently trained models (several seeds average out the linearisation's
     noise); checkpoints of one run also work.
 

@@ -1,6 +1,6 @@
 """Attribution tracks in HDF5: written as the engine streams, resumable, never over-claiming.
 
-Layout of a tracks file (DESIGN §5):
+Layout of a tracks file:
 
 - ``attributions``: (N, [K,] L, 4) float32 in the layout of X, chunked per block of sequences,
   gzip-compressed, resizable along N;

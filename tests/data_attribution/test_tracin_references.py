@@ -34,7 +34,7 @@ def _one_thread():
         yield
 
 
-CAPTUM = 1e-4  # relative, as the issue asks (captum sums in another order)
+CAPTUM = 1e-4  # relative (captum sums in another order)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Validation on real material: the trained simdna 3-task CNN (Keras 2 weights) in torch and Keras.
 
 Reads ``<repo>/../shared/data/cases/simdna_3task`` (or ``$SEQATTRIB_CASES``) and skips where it
-is absent. The helpers live in ``tests/benchmarks/simdna_validation.py``, which also runs the
-full-size validation as a script.
+is absent. The helpers live in ``simdna_case.py`` beside this file;
+``benchmarks/simdna_validation.py`` runs the full-size validation with them.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import simdna_validation as sv  # noqa: E402
+import simdna_case as sv  # noqa: E402
 
 N_LOGIT_SEQUENCES = 100
 N_EIG_SEQUENCES = 40

@@ -1,6 +1,6 @@
 """How far CUDA gradients are from a float64 CPU reference under torch's precision settings.
 
-    python tests/benchmarks/gpu_precision.py
+    python benchmarks/gpu_precision.py
 
 BPNet-like model (L=200, 9 dilated layers), saliency of output 0 for 7 sequences; prints
 max|g - g64| / max|g64| per setting (CPU float32 for scale).
@@ -12,7 +12,8 @@ import contextlib
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]  # tests/models.py, this seqattrib
 
 import models  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,7 +1,7 @@
 """Linear datamodeling score (LDS, Park et al. 2023) of TRAK and TracIn on planted-motif DNA;
 prints one markdown table.
 
-Run ``python tests/benchmarks/bench_lds.py [--quick] [--subsets 100] [--threads 1]``.
+Run ``python benchmarks/bench_lds.py [--quick] [--subsets 100] [--threads 1]``.
 
 Does a data-attribution method predict what retraining on a subset of the training data does?
 For each of ``--subsets`` class-stratified random halves ``S_j`` of the training set, a small
@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, and the seqattrib of this checkout
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from _common import load_average, log, machine_description  # noqa: E402

@@ -1,6 +1,6 @@
 """Benchmark of TracIn (``seqattrib.TracIn``) against captum; prints one markdown table.
 
-Run ``python tests/benchmarks/bench_data_attribution.py [--quick] [--repeats N]
+Run ``python benchmarks/bench_data_attribution.py [--quick] [--repeats N]
 [--backends torch,tensorflow]``.
 
 Setting: 2,000 training and 100 test sequences of 200 bp (random one-hot; class 1 carries a
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, and the seqattrib of this checkout
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 

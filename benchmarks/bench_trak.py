@@ -1,7 +1,7 @@
 """Benchmark of TRAK (``seqattrib.TRAK``) against traker 0.3.2 on a CPU; prints one markdown
 table.
 
-Run ``taskset -c 1 python tests/benchmarks/bench_trak.py --threads 1 [--quick] [--repeats N]``.
+Run ``taskset -c 1 python benchmarks/bench_trak.py --threads 1 [--quick] [--repeats N]``.
 
 traker is a benchmark-only dependency (not in any extra). Install it next to the CPU torch
 without letting it replace torch: ``pip install -c .ci/constraints.txt traker==0.3.2`` (its
@@ -28,7 +28,7 @@ sequences:
   ``finalize_scores``).
 
 Note: proj_dim 2048 >= 2,000 training examples, the regime where traker returns meaningless
-scores (its kernel is singular) and ours warns; it is timed because the issue asks for it.
+scores (its kernel is singular) and ours warns; it is timed to show that regime.
 Timings are wall-clock on a shared machine: the load average is printed before and after.
 """
 
@@ -56,7 +56,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, bench_data_attribution
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, bench_data_attribution, this seqattrib
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from _common import Row, load_average, log, machine_description, markdown_table  # noqa: E402

@@ -1,6 +1,6 @@
 """Peak resident memory of `seqattrib explain` writing EIG tracks for 1,000 vs 20,000 regions.
 
-    python tests/benchmarks/bench_memory.py [--sizes 1000,20000]
+    python benchmarks/bench_memory.py [--sizes 1000,20000]
 
 Each run is a fresh `seqattrib explain` process (the demo CNN, 200-bp sequences from a FASTA,
 EIG with 2 dinucleotide-shuffled baselines x 3 points, tracks streamed to HDF5); its peak RSS
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+REPO = Path(__file__).resolve().parents[1]
 WRAPPER = """
 import resource, subprocess, sys, json, time
 tick = time.perf_counter()
@@ -65,8 +66,13 @@ def measure(n: int, folder: Path) -> dict[str, float]:
         str(out),
         "--quiet",
     ]
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     result = subprocess.run(
-        [sys.executable, "-c", WRAPPER, *command], capture_output=True, text=True, check=True
+        [sys.executable, "-c", WRAPPER, *command],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=path),  # the seqattrib of this checkout
     )
     row = json.loads(result.stdout.strip().splitlines()[-1])
     if row["rc"]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, as one script for a borrowed CUDA machine that has torch but may lack captum
 # (carry its wheel in .whl/) and TensorFlow (its rows are skipped: --backends torch).
-#   bash tests/benchmarks/gpu_run.sh [OUTPUT_DIR] [STEPS]
+#   bash benchmarks/gpu_run.sh [OUTPUT_DIR] [STEPS]
 # STEPS: a comma-separated subset of precision,tests,targets,tracin,gradients,ism (default: all).
 # Logs go to OUTPUT_DIR (default $OUT, else /tmp/seqattrib-gpu), one file per step.
 set -o pipefail
@@ -23,12 +23,12 @@ run() {  # run STEP SECONDS COMMAND...: log to $out/STEP.log, remember a failure
     echo "=== $name: $*"
     timeout "$seconds" "$@" 2>&1 | tee "$out/$name.log" || status=1
 }
-run precision 60 python3 tests/benchmarks/gpu_precision.py
+run precision 60 python3 benchmarks/gpu_precision.py
 run tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py
-run targets 60 python3 tests/benchmarks/bench_targets.py --device cuda --backends torch \
+run targets 60 python3 benchmarks/bench_targets.py --device cuda --backends torch \
     --n-sequences 64 --batch-size 1024
-run tracin 120 python3 tests/benchmarks/bench_data_attribution.py --backends torch --device cuda
-run gradients 280 python3 tests/benchmarks/bench_gradients.py --device cuda --backends torch
-run ism 150 python3 tests/benchmarks/bench_ism.py --device cuda --backends torch --models none \
+run tracin 120 python3 benchmarks/bench_data_attribution.py --backends torch --device cuda
+run gradients 280 python3 benchmarks/bench_gradients.py --device cuda --backends torch
+run ism 150 python3 benchmarks/bench_ism.py --device cuda --backends torch --models none \
     --repeats 3
 exit $status

@@ -1,6 +1,6 @@
 """Benchmark of the gradient engine (IG, EIG) against what it replaces; prints one table.
 
-Run ``python tests/benchmarks/bench_gradients.py [--quick] [--backends torch,tensorflow]
+Run ``python benchmarks/bench_gradients.py [--quick] [--backends torch,tensorflow]
 [--device cpu|cuda]``. Models: a BPNet-like net (L=1000, 64 filters, 9 dilated residual layers,
 5 outputs) and a CREsted-like net (L=500), built from one weight dict in torch (input layout
 NCL) and Keras 3 on TensorFlow (NLC). Every ratio is measured in this run: the variants of a
@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, and the toy models of tests/models.py
+# _common, the toy models of tests/models.py, and the seqattrib of this checkout
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 

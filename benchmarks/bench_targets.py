@@ -1,7 +1,7 @@
 """K targets from one call: K=5 ÷ K=1 time, with the K backward passes run one after another
 (the CPU default) or as one vectorised pass (the accelerator default).
 
-    python tests/benchmarks/bench_targets.py [--n-sequences 8] [--device cuda --backends torch]
+    python benchmarks/bench_targets.py [--n-sequences 8] [--device cuda --backends torch]
         [--batch-size 128]
 
 BPNet-like model (L=1000, 5 outputs), IG with 25 steps, batch_size=128, both backends; the
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
+sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]  # tests/models.py, this seqattrib
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import models  # noqa: E402

@@ -1,7 +1,7 @@
 """Benchmark of in-silico mutagenesis (``seqattrib.ism``) against what it replaces; prints one
 table.
 
-Run ``python tests/benchmarks/bench_ism.py [--quick] [--backends torch,tensorflow]``. Models: a
+Run ``python benchmarks/bench_ism.py [--quick] [--backends torch,tensorflow]``. Models: a
 BPNet-like net (L=1000, 64 filters, 9 dilated residual layers, 5 outputs) and a CREsted-like net
 (L=500, 8 outputs), built from one weight dict in torch (input layout NCL) and Keras 3 on
 TensorFlow (NLC). Every ratio is measured in this run: the variants of a comparison are warmed up
@@ -54,7 +54,8 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, and the toy models of tests/models.py
+# _common, the toy models of tests/models.py, and the seqattrib of this checkout
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -908,8 +909,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "Ratios: 'ISM ÷ bare' is ours ÷ theirs (≤ target); time rows against tangermeme and the "
         "host-copy loop are theirs ÷ ours (> 1: ours faster); memory rows are loop ÷ ours. "
-        "Targets: ≤ 1.05 from the brief; > 1.0 for the loop and ≥ 1.0 for tangermeme fast=False "
-        "because DESIGN §3 asks the engine to beat per-sequence loops; fastISM (a different "
+        "Targets: ≤ 1.05 for the engine's overhead; > 1.0 for the loop and ≥ 1.0 for tangermeme "
+        "fast=False because the engine must beat per-sequence loops; fastISM (a different "
         "algorithm) has none. Timings are wall-clock on a shared 2-core machine and noisy."
     )
     for note in notes:
