@@ -26,12 +26,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "validation"), str(REPO)]
 
-import torch  # noqa: E402
-
 import models  # noqa: E402
-import seqattrib as sa  # noqa: E402
-
+import torch  # noqa: E402
 from _common import log, machine_description  # noqa: E402
+
+import seqattrib as sa  # noqa: E402
 
 #: (n_baselines, n_steps, rule): rows per sequence = n_baselines x points per path.
 GRID = [

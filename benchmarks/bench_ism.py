@@ -444,7 +444,8 @@ def fast_rows(
     device: str = "cpu",
 ) -> None:
     """fast ÷ exact ISM on one sequence, and tangermeme fast=True ÷ ours fast=True (torch)."""
-    from seqattrib import _fast_ism
+    from seqattrib.attribution.mutagenesis import choice
+    from seqattrib.attribution.mutagenesis.fast import FastPlan
 
     model = side.build(kind)
     length = LENGTHS[kind]
@@ -484,11 +485,11 @@ def fast_rows(
             variants.append(Variant("tangermeme fast=True", run_tangermeme, lambda: None))
     log(f"{label} {side.name}: fast ISM, {3 * (end - start)} mutants")
     t = interleaved(variants, repeats)
-    plan = next(iter(_fast_ism._PLANS[model].values()))
+    plan = next(iter(choice._PLANS[model].values()))
     detail = (
         f"{plan.cost_ratio:.2f} of the local prefix's full cost, windows "
         f"{min(plan.widths[1:])}-{max(plan.widths)} positions"
-        if isinstance(plan, _fast_ism.FastPlan)
+        if isinstance(plan, FastPlan)
         else f"no fast path: {plan.reason}"
     )
     scan = f"N=1, positions {start}:{end} ({3 * (end - start)} mutants), batch_size={BATCH}" + (

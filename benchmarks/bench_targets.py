@@ -24,6 +24,7 @@ import models  # noqa: E402
 import torch  # noqa: E402,F401  (torch before TensorFlow)
 
 import seqattrib as sa  # noqa: E402
+from seqattrib.engine import outputs  # noqa: E402
 
 
 def main() -> None:
@@ -47,7 +48,6 @@ def main() -> None:
         else:
             model = models.keras_model("bpnet", weights, 1000, "NLC")
             X = models.random_one_hot(args.n_sequences, 1000)
-        backend = type(sa.get_backend(model))
 
         def run(target: object, model: object = model, X: object = X) -> float:
             tick = time.perf_counter()
@@ -59,11 +59,11 @@ def main() -> None:
 
         times = {}
         for vectorise in (False, True):
-            backend.vectorise_on_cpu = backend.vectorise_on_accelerator = vectorise
+            outputs.VECTORISE_ON_CPU = outputs.VECTORISE_ON_ACCELERATOR = vectorise
             run(0)
             run([0, 1, 2, 3, 4])
             times[vectorise] = min(run([0, 1, 2, 3, 4]) for _ in range(2))
-        backend.vectorise_on_cpu, backend.vectorise_on_accelerator = False, True
+        outputs.VECTORISE_ON_CPU, outputs.VECTORISE_ON_ACCELERATOR = False, True
         one = min(run(0) for _ in range(2))
         print(
             f"| {framework} | {one:.2f} | {times[False]:.2f} | {times[False] / one:.2f} | "

@@ -14,9 +14,9 @@ import pytest
 
 from seqattrib import demo
 from seqattrib.cli import main
-from seqattrib.shards import resolve_shard, shard_path
 from seqattrib.io import read_tracks
 from seqattrib.io.merge import merge_tracks
+from seqattrib.shards import resolve_shard, shard_path
 
 N = 10
 #: EIG with 3 baselines x 5 points: 15 rows per sequence. With --batch-size 15 every batch is

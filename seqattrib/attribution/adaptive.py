@@ -114,7 +114,10 @@ def _rounds(
     while len(todo):
         part = as_source(chunk[todo], source.alphabet_axis, method.func)
         kernel = method.round_kernel(context, part, (done, done + more))
-        shapes = {"attributions": (k, *source.row_shape), "second_moment": (k, *source.row_shape)}
+        shapes: dict[str, tuple[int, ...]] = {
+            "attributions": (k, *source.row_shape),
+            "second_moment": (k, *source.row_shape),
+        }
         if method.return_delta:
             shapes["delta"] = (k,)
         result = engine(kernel, part, ArraySink(part.n_sequences, shapes))

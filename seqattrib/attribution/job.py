@@ -46,10 +46,13 @@ class Method(Protocol):
     engine itself (e.g. in rounds); returning False leaves the run to the job's single pass.
     """
 
-    #: Name in messages and files ("ism", "integrated_gradients", ...).
-    func: str
-    #: ``random_state`` as given (int, Generator or None).
-    random_state: Any
+    @property
+    def func(self) -> str:
+        """Name in messages and files ("ism", "integrated_gradients", ...)."""
+
+    @property
+    def random_state(self) -> Any:
+        """``random_state`` as given (int, Generator or None)."""
 
     def settings(self) -> dict[str, Any]:
         """Everything besides the shared options that decides the results (stored in ``out``

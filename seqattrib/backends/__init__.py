@@ -7,7 +7,7 @@ Keras 3 models resolve to the framework they run on: on the torch backend a Kera
 from __future__ import annotations
 
 import sys
-from typing import Any, TypeVar
+from typing import Any
 
 from .._errors import parameter_error
 from ._protocol import (
@@ -18,6 +18,7 @@ from ._protocol import (
     ParameterGradients,
     TransferStats,
     UnsupportedLayer,
+    WindowedBackend,
     WindowedForward,
 )
 
@@ -29,12 +30,12 @@ __all__ = [
     "ParameterGradients",
     "TransferStats",
     "UnsupportedLayer",
+    "WindowedBackend",
     "WindowedForward",
     "capability",
     "get_backend",
 ]
 
-C = TypeVar("C")
 
 _INSTANCES: dict[str, Backend] = {}
 _NAMES = ("torch", "tensorflow")
@@ -116,7 +117,7 @@ def get_backend(model: Any, backend: str | None = None) -> Backend:
     return _instance(name)
 
 
-def capability(backend: Backend, kind: type[C], func: str) -> C:
+def capability(backend: Backend, kind: Any, func: str) -> Any:
     """``backend`` as the capability ``kind`` (a protocol of ``_protocol``) that a method
     needs, or a TypeError naming what the backend lacks."""
     if not isinstance(backend, kind):

@@ -102,6 +102,9 @@ class Backend(Protocol):
     def forward(self, model: Any, x: Tensor, head: Head) -> Tensor:
         """``head(model(x))`` as float32 (B, K), no gradients."""
 
+    def outputs(self, raw: Any, head: Head) -> Tensor:
+        """``head(raw)`` as float32 (B, K), for a raw output computed elsewhere."""
+
     def input_gradients(
         self, model: Any, x: Tensor, targets: Sequence[int], head: Head, vectorised: bool
     ) -> tuple[Tensor, Tensor]:
@@ -142,6 +145,11 @@ class WindowedForward(Protocol):
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` made fast for repeated calls on tensors (inference mode; a TF graph)."""
+
+
+@runtime_checkable
+class WindowedBackend(Backend, WindowedForward, Protocol):
+    """A backend with the windowed-forward capability (what fast ISM asks for)."""
 
 
 @runtime_checkable

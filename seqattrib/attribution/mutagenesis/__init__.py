@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..._errors import parameter_error
+from ...backends import WindowedBackend, capability
 from ...engine import SequenceSource, as_source
 from ..job import JobContext, drop_target_axis, run_job
 from ..options import RunOptions, shared_docs
@@ -47,11 +48,17 @@ class IsmMethod:
         # operations are launch-bound (an H200 ran the windowed BPNet- and Basset-like scans
         # 2-3x slower than the exact ones at batch_size=128)
         if fast is True or (fast == "auto" and not be.on_accelerator()):
+            windowed: WindowedBackend = capability(be, WindowedBackend, self.func)
             plan = checked_plan(
-                be, context.model, self.source, context.head, str(context.device), fast is True
+                windowed,
+                context.model,
+                self.source,
+                context.head,
+                str(context.device),
+                fast is True,
             )
             if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
-                forward = fast_forward(be, plan)
+                forward = fast_forward(windowed, plan)
         return IsmKernel(
             be,
             context.model,

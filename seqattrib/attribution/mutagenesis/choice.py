@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..._errors import SeqAttribWarning
-from ...backends import WindowedForward
+from ...backends import WindowedBackend
 from ...backends._local_graph import GraphUnsupported, NothingLocal
 from ...engine import SequenceSource
 from ...engine.outputs import Head
@@ -27,7 +27,7 @@ _PLANS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictiona
 
 
 def checked_plan(
-    be: Any,
+    be: WindowedBackend,
     model: Any,
     source: SequenceSource,
     head: Head,
@@ -60,7 +60,7 @@ _CHECK_SEQUENCES = 3
 
 
 def _check_fast(
-    be: Any,
+    be: WindowedBackend,
     model: Any,
     plan: FastPlan,
     source: SequenceSource,
@@ -122,7 +122,7 @@ class _Refusal:
 
 
 def fast_plan(
-    backend: WindowedForward,
+    backend: WindowedBackend,
     model: Any,
     row_shape: tuple[int, int],
     length_axis: int,
@@ -174,7 +174,7 @@ def _passes(plan: FastPlan, check: Callable[[FastPlan], float]) -> bool:
 
 
 def _read(
-    backend: WindowedForward,
+    backend: WindowedBackend,
     model: Any,
     row_shape: tuple[int, int],
     length_axis: int,

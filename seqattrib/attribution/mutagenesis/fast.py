@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backends import WindowedForward
+from ...backends import WindowedBackend
 from ...backends._local_graph import GraphUnsupported, LocalGraph
 
 Tensor = Any
@@ -102,7 +102,7 @@ def plan_windows(graph: LocalGraph, length: int) -> FastPlan:
     return FastPlan(graph, order, starts, widths, ratio)
 
 
-def fast_forward(backend: WindowedForward, plan: FastPlan) -> FastForward:
+def fast_forward(backend: WindowedBackend, plan: FastPlan) -> FastForward:
     """The plan's ``FastForward``, made on first use (its compiled functions then stay)."""
     if plan.forward is None:
         plan.forward = FastForward(backend, plan)
@@ -110,7 +110,7 @@ def fast_forward(backend: WindowedForward, plan: FastPlan) -> FastForward:
 
 
 def splice(
-    backend: WindowedForward,
+    backend: WindowedBackend,
     reference: Tensor,
     seq: Tensor,
     starts: Tensor,
@@ -151,7 +151,7 @@ class FastForward:
     pass, without windows.
     """
 
-    def __init__(self, backend: Any, plan: FastPlan) -> None:
+    def __init__(self, backend: WindowedBackend, plan: FastPlan) -> None:
         self.backend, self.plan = backend, plan
         graph = plan.graph
         nodes = self.nodes = graph.nodes
