@@ -239,7 +239,6 @@ def cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
         n_sequences=args.n_sequences,
         framework=args.framework,
         data=args.data,
-        overwrite=args.overwrite,
         verbose=not args.quiet,
     )
     print(
@@ -407,13 +406,29 @@ def _launch_command(sub: Any) -> None:
 
 
 def _demo_command(sub: Any) -> None:
-    p = sub.add_parser("demo", help="explain the embedded demo model end to end")
-    p.add_argument("-o", "--outdir", default="seqattrib-demo")
-    p.add_argument("--n-sequences", type=int, default=100)
-    p.add_argument("--framework", choices=["torch", "keras"], default="torch")
-    p.add_argument("--data", help="folder with the demo files (default: data/ of the checkout)")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p = sub.add_parser(
+        "demo",
+        help="explain the packaged demo model end to end (replaces its own files when run again)",
+    )
+    p.add_argument(
+        "-o", "--outdir", default="seqattrib-demo", help="output folder (default: %(default)s)"
+    )
+    p.add_argument(
+        "--n-sequences",
+        type=int,
+        default=100,
+        help="held-out demo sequences to explain (default: %(default)s)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=["torch", "keras"],
+        default="torch",
+        help="which copy of the demo model (default: %(default)s)",
+    )
+    p.add_argument(
+        "--data", help="folder with the demo files (default: the ones installed with seqattrib)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=cmd_demo)
 
 

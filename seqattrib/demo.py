@@ -7,6 +7,7 @@ end. ``seqattrib.demo:torch_model`` and ``seqattrib.demo:keras_model`` name it f
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -22,12 +23,10 @@ TASKS = ("GATA", "Ebox", "CTCF")
 
 
 def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The demo data folder: ``path``, ``$SEQATTRIB_DEMO_DATA`` or ``data/`` of the checkout."""
-    candidates = [
-        path,
-        os.environ.get("SEQATTRIB_DEMO_DATA"),
-        Path(__file__).resolve().parents[1] / "data",
-    ]
+    """The demo data folder: ``path``, ``$SEQATTRIB_DEMO_DATA``, the data installed with the
+    package, or ``data/`` of a checkout."""
+    candidates = [path, os.environ.get("SEQATTRIB_DEMO_DATA"), _installed()]
+    candidates.append(Path(__file__).resolve().parents[1] / "data")
     for candidate in candidates:
         if candidate is not None and (Path(candidate) / "demo_sequences.fa").exists():
             return Path(candidate)
@@ -35,10 +34,21 @@ def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
         "demo",
         "data",
         "a folder with the demo files (demo_sequences.fa, demo_model.pt, ...)",
-        str(path) if path else "no such folder beside the package",
-        "Run from a checkout of the repository (data/), or pass --data DIR.",
+        str(path) if path else "none installed with the package",
+        "Reinstall seqattrib, or pass the folder of the demo files.",
         described=True,
     )
+
+
+def _installed() -> Path | None:
+    """The demo files installed with the package (``seqattrib.demo_data``), if any."""
+    try:
+        spec = importlib.util.find_spec("seqattrib.demo_data")
+    except ModuleNotFoundError:  # a checkout on sys.path: the files are in data/
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 #: The ``pkg.module:factory`` names of the demo model (``--model seqattrib.demo:torch_model``).
@@ -74,10 +84,11 @@ def run_demo(
     n_sequences: int = 100,
     framework: str = "torch",
     data: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
     verbose: bool = True,
 ) -> dict[str, Any]:
     """EIG on the demo model, then every export: tracks.h5, TF-MoDISco npz, bigWig, a logo.
+
+    The demo replaces the files it wrote in ``outdir`` before, so it can run again.
 
     Returns what was written and the fraction of sequences whose top projected base lies in
     the planted motif of the explained task.
@@ -103,16 +114,14 @@ def run_demo(
         multiply_by_inputs=False,
         out=outdir / "tracks.h5",
         regions=regions,
-        overwrite=overwrite,
+        overwrite=True,
         verbose=verbose,
     )
     seconds = time.perf_counter() - tick
     assert isinstance(tracks, str)
     written = [Path(tracks)]
-    written += export_modisco(tracks, outdir, class_names=TASKS, overwrite=overwrite)
-    written += export_bigwig(
-        tracks, outdir, demo["chrom_sizes"], class_names=TASKS, overwrite=overwrite
-    )
+    written += export_modisco(tracks, outdir, class_names=TASKS, overwrite=True)
+    written += export_bigwig(tracks, outdir, demo["chrom_sizes"], class_names=TASKS, overwrite=True)
     hypothetical = sa.io.read_tracks(tracks).attributions  # (N, 3, ...) hypothetical scores
     hits = {}
     for k, task in enumerate(TASKS):
@@ -125,14 +134,6 @@ def run_demo(
     s = int(demo["motif_starts"][test[first], 0])
     contributions = hypothetical[first, 0] * X[first]
     logo = outdir / "logo_GATA.png"
-    if logo.exists() and not overwrite:
-        raise parameter_error(
-            "demo",
-            "overwrite",
-            "True to replace existing files",
-            f"False with {logo} already there",
-            error=FileExistsError,
-        )
     plot_logo(
         contributions,
         start=max(0, s - 20),
