@@ -22,6 +22,7 @@ from .attribution import (
 from .backends import get_backend
 from .data_attribution import TRAK, TracIn
 from .io import decode, one_hot
+from .loader import load_model
 
 __all__ = [
     "SeqAttribWarning",
@@ -34,6 +35,7 @@ __all__ = [
     "explain",
     "get_backend",
     "integrated_gradients",
+    "load_model",
     "ism",
     "ism_to_hypothetical",
     "one_hot",

@@ -22,22 +22,31 @@ DEMO_LENGTH, DEMO_FILTERS, DEMO_WIDTH, DEMO_OUTPUTS = 200, 32, 15, 3
 def load_model(
     spec: str | os.PathLike[str], *, weights: str | os.PathLike[str] | None = None
 ) -> Any:
-    """A model from a file, a SavedModel folder or a factory.
+    """A model from a file, a SavedModel folder, a factory, or the packaged demo.
 
     Parameters
     ----------
     spec : str or path
-        A TorchScript file, a ``.keras``/``.h5`` Keras file, a TensorFlow SavedModel folder, or
-        ``pkg.module:factory`` naming a function that returns a model.
+        - a ``torch.export`` program (``.pt2``; export it with a dynamic batch dimension), or a
+          TorchScript file (``.pt``, ``.ts``);
+        - a Keras file (``.keras``, ``.h5``) or a TensorFlow SavedModel folder;
+        - ``pkg.module:factory``, a function that returns a model (with ``weights``: a torch
+          state dict or Keras weights file loaded into it);
+        - ``demo`` or ``demo-keras``: the packaged demo model (torch or Keras).
+
+        Files that would run code when read (a whole module saved with ``torch.save(model)``)
+        are refused: only weights and programs are read.
     weights : str or path, optional
         With a factory only: a torch state dict (read with ``weights_only=True``) or a Keras
-        weights file, loaded into the factory's model.
+        weights file.
 
     Returns
     -------
     torch.nn.Module, keras.Model or tf.Module
     """
     text = os.fspath(spec)
+    if text in DEMO_MODELS and not Path(text).exists():
+        return DEMO_MODELS[text]()
     path = Path(text)
     if ":" in text and not path.exists():
         return _from_factory(text, weights)
@@ -53,7 +62,7 @@ def load_model(
         raise parameter_error(
             "load_model",
             "spec",
-            "an existing file or folder, or pkg.module:factory",
+            "an existing file or folder, pkg.module:factory, 'demo' or 'demo-keras'",
             text,
             error=FileNotFoundError,
         )
@@ -63,18 +72,7 @@ def load_model(
         import keras
 
         return keras.models.load_model(path)
-    import torch
-
-    try:
-        return torch.jit.load(str(path), map_location="cpu").eval()
-    except RuntimeError as exc:
-        raise parameter_error(
-            "load_model",
-            "spec",
-            "a TorchScript file, a .keras file, a SavedModel folder or pkg.module:factory",
-            text,
-            "For a state_dict, pass pkg.module:factory with weights=FILE.",
-        ) from exc
+    return _torch_file(path)
 
 
 def model_framework(model: Any) -> str:
@@ -84,6 +82,46 @@ def model_framework(model: Any) -> str:
     if "tensorflow" not in sys.modules and "torch" not in sys.modules:  # pragma: no cover
         return "torch"
     return get_backend(model).name
+
+
+def _torch_file(path: Path) -> Any:
+    """A ``torch.export`` program or TorchScript file; a clear refusal for anything else."""
+    import warnings
+
+    import torch
+
+    if path.suffix == ".pt2":
+        try:
+            return torch.export.load(str(path)).module()
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise _not_a_model(path, "it is not a torch.export program") from exc
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(str(path), map_location="cpu").eval()
+    except RuntimeError:
+        pass
+    try:
+        content = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle errors of many kinds: the file runs code
+        raise _not_a_model(
+            path,
+            "it is a pickled Python object (torch.save(model)), which only runs code to load",
+        ) from exc
+    kind = "a state dict (weights only)" if isinstance(content, dict) else "no model"
+    raise _not_a_model(path, f"it holds {kind}")
+
+
+def _not_a_model(path: Path, why: str) -> Exception:
+    return parameter_error(
+        "load_model",
+        "spec",
+        "a model file (torch.export .pt2, TorchScript, .keras, SavedModel) or pkg.module:factory",
+        f"{os.fspath(path)!r}, but {why}",
+        "Save the model with torch.export.save (dynamic batch dimension) or as TorchScript; or "
+        "pass the function that builds it as pkg.module:factory with its state dict as weights.",
+        described=True,
+    )
 
 
 def _from_factory(spec: str, weights: str | os.PathLike[str] | None) -> Any:
@@ -96,13 +134,28 @@ def _from_factory(spec: str, weights: str | os.PathLike[str] | None) -> Any:
         ) from exc
     model = factory()
     if weights:
-        if model_framework(model) == "torch":
-            import torch
-
-            model.load_state_dict(torch.load(weights, weights_only=True))
-        else:
-            model.load_weights(os.fspath(weights))
+        try:
+            _load_weights(model, weights)
+        except Exception as exc:  # noqa: BLE001 - any reading or fitting failure, told once
+            raise parameter_error(
+                "load_model",
+                "weights",
+                f"a weights file that fits {spec}",
+                f"{os.fspath(weights)!r} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                "Pass a torch state dict (torch.save(model.state_dict(), path)) or Keras weights "
+                "(model.save_weights(path)) saved from this architecture.",
+                described=True,
+            ) from exc
     return model
+
+
+def _load_weights(model: Any, weights: str | os.PathLike[str]) -> None:
+    if model_framework(model) == "torch":
+        import torch
+
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    else:
+        model.load_weights(os.fspath(weights))
 
 
 def _saved_model(path: Path) -> Any:
@@ -174,3 +227,7 @@ def demo_keras_model(weights: str | os.PathLike[str] | None = None) -> Any:
             keras.layers.Dense(DEMO_OUTPUTS),
         ]
     )
+
+
+#: ``load_model`` names of the packaged demo model.
+DEMO_MODELS = {"demo": demo_torch_model, "demo-keras": demo_keras_model}

@@ -15,11 +15,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._errors import parameter_error
 from .._validation import resolve_seed, resolve_targets
-from ..backends import Backend, get_backend
+from ..backends import Backend, OutOfDeviceMemory, get_backend
 from ..engine import ArraySink, Kernel, SequenceSource, run_rows
 from ..engine.blocks import host_block
-from ..engine.outputs import Head, model_session, vectorise_targets
+from ..engine.outputs import Head, OutputShapeError, model_session, vectorise_targets
 from ..shards import Shard, shard_rows
 from .options import RunOptions
 
@@ -65,6 +66,40 @@ class Method(Protocol):
         """The engine kernel for the rows of ``context.source``."""
 
 
+def fed_model(
+    be: Backend, model: Any, source: SequenceSource, head: Head, func: str
+) -> tuple[Any, int]:
+    """The model as the job calls it, fed X in the layout (and dtype) it takes, and its number
+    of outputs, from a forward pass of the first sequence in the layout of X, else transposed.
+    """
+    x = be.asarray(source.read(0, 1))
+    failures = []
+    for transpose in (False, True):
+        fed = be.adapt(model, transpose)
+        try:
+            return fed, int(be.forward(fed, x, head).shape[1])
+        except (OutputShapeError, OutOfDeviceMemory):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the model's own error, reported below
+            failures.append(f"{type(exc).__name__}: {_first_line(exc)}")
+    shape = (source.n_sequences, *source.row_shape)
+    other = (source.n_sequences, *source.row_shape[::-1])
+    raise parameter_error(
+        func,
+        "model",
+        f"a model that takes X of shape {shape} or {other}",
+        f"a model that failed on both ({failures[0]}; transposed: {failures[1]})",
+        "Check that the model takes one-hot DNA of this length; if X's alphabet axis was "
+        "guessed wrong, pass alphabet_axis=1 for (N, 4, L) or -1 for (N, L, 4).",
+        described=True,
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return (lines[0] if lines else "")[:200]
+
+
 def _stored_random_state(random_state: Any) -> Any:
     if random_state is None or isinstance(random_state, np.random.Generator):
         return None  # no fixed seed: a resumed file keeps the seed it drew
@@ -87,7 +122,7 @@ def run_job(
     be = get_backend(model, options.backend)
     head = Head(options.output_fn)
     with model_session(be, model, options.device) as device:
-        n_outputs = int(be.forward(model, be.asarray(source.read(0, 1)), head).shape[1])
+        fed, n_outputs = fed_model(be, model, source, head, func)
         targets, squeeze = resolve_targets(options.target, n_outputs, func)
         seed = resolve_seed(method.random_state, func)
         row_shapes = method.row_shapes(len(targets))
@@ -103,42 +138,53 @@ def run_job(
             done = sink.n_completed
         try:
             if done < source.n_sequences:
-                todo = source.tail(done)
                 context = JobContext(
                     be,
-                    model,
+                    fed,
                     head,
                     targets,
                     seed,
-                    todo,
+                    source.tail(done),
                     device,
                     vectorise_targets(be),
                     0 if shard is None else shard.start,
                 )
-                key: Hashable = (func, be.name, str(device), source.row_shape, len(targets))
-
-                def engine(kernel: Kernel, rows: SequenceSource, into: Any) -> Any:
-                    return run_rows(
-                        kernel,
-                        rows,
-                        be,
-                        model,
-                        into,
-                        batch_size=options.batch_size,
-                        max_cpu_sequences=options.max_cpu_sequences,
-                        host_block=block,
-                        cache_key=key,
-                        verbose=options.verbose and rows is todo,
-                        description=func,
-                    )
-
-                own_run = getattr(method, "run", None)
-                if own_run is None or not own_run(context, sink, engine, block, options.verbose):
-                    engine(method.kernel(context), todo, sink)
+                _run(method, context, sink, options, block)
         finally:
             if options.out is not None:
                 sink.close()
     return sink.result(), squeeze
+
+
+def _run(method: Method, context: JobContext, sink: Any, options: RunOptions, block: int) -> None:
+    """The engine over the rows left (a method may drive it itself, e.g. in rounds)."""
+    todo, be = context.source, context.backend
+    key: Hashable = (
+        method.func,
+        be.name,
+        str(context.device),
+        todo.row_shape,
+        len(context.targets),
+    )
+
+    def engine(kernel: Kernel, rows: SequenceSource, into: Any) -> Any:
+        return run_rows(
+            kernel,
+            rows,
+            be,
+            context.model,
+            into,
+            batch_size=options.batch_size,
+            max_cpu_sequences=options.max_cpu_sequences,
+            host_block=block,
+            cache_key=key,
+            verbose=options.verbose and rows is todo,
+            description=method.func,
+        )
+
+    own_run = getattr(method, "run", None)
+    if own_run is None or not own_run(context, sink, engine, block, options.verbose):
+        engine(method.kernel(context), todo, sink)
 
 
 def _track_writer(

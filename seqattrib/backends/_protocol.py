@@ -71,6 +71,13 @@ class Backend(Protocol):
     def describe(self, model: Any) -> str:
         """A short text naming the model (class, parameter count)."""
 
+    def adapt(self, model: Any, transpose_input: bool) -> Any:
+        """``model`` fed the way it takes its input: axes 1 and 2 of X swapped when
+        ``transpose_input``, cast to the dtype of its parameters where that is not float32
+        (float64, bfloat16). Gradients reach X through the adaptation, in X's own layout.
+        The same adapter object for the same model and settings (caches key on it); the model
+        itself when nothing is to adapt."""
+
     def state(self, model: Any) -> dict[str, np.ndarray]:
         """Host copies of the model's full state: every parameter and buffer (torch state dict
         entries; every Keras weight, trainable or not, such as BatchNorm statistics)."""

@@ -38,6 +38,17 @@ def _tf_device(device: Any) -> str | None:
     return f"/{kind}:{index or 0}"
 
 
+class _Transposed(tf.Module):
+    """A model fed X with axes 1 and 2 swapped (see ``TensorFlowBackend.adapt``)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(name="input_layout_adapter")
+        self.model = model
+
+    def __call__(self, x: tf.Tensor) -> Any:
+        return call_model(self.model, tf.transpose(x, (0, 2, 1)))
+
+
 class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients):
     """Primitives for Keras 3 (TensorFlow backend) models, ``tf.Module`` and callables (core,
     windowed forward, parameter gradients)."""
@@ -47,6 +58,7 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
     def __init__(self) -> None:
         self.transfers = TransferStats()
         self._on_cpu = True
+        self._adapters: weakref.WeakKeyDictionary[Any, _Transposed] = weakref.WeakKeyDictionary()
         self._compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
     @contextmanager
@@ -69,6 +81,15 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
             yield
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+    def adapt(self, model: Any, transpose_input: bool) -> Any:
+        # Keras layers cast float inputs to their own dtype (float64, bfloat16) themselves
+        if not transpose_input:
+            return model
+        try:
+            return self._adapters.setdefault(model, _Transposed(model))
+        except TypeError:  # not weak-referenceable
+            return _Transposed(model)
 
     def describe(self, model: Any) -> str:
         variables = getattr(model, "trainable_variables", None) or getattr(model, "variables", [])

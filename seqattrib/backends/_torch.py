@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -47,6 +48,29 @@ def _full_float32() -> Iterator[None]:
         cudnn.allow_tf32, matmul.allow_tf32 = flags
 
 
+class _Adapted(torch.nn.Module):
+    """A model fed in its own layout and dtype (see ``TorchBackend.adapt``)."""
+
+    def __init__(self, model: Any, transpose_input: bool, dtype: torch.dtype | None) -> None:
+        super().__init__()
+        self.model, self.transpose_input, self.input_dtype = model, transpose_input, dtype
+
+    def forward(self, x: torch.Tensor) -> Any:
+        if self.transpose_input:
+            x = x.transpose(1, 2)
+        if self.input_dtype is not None:
+            x = x.to(self.input_dtype)
+        return self.model(x)
+
+
+def _eval(model: torch.nn.Module) -> None:
+    """Eval mode; a ``torch.export`` program has none to set (it runs as it was exported)."""
+    try:
+        model.eval()
+    except NotImplementedError:
+        pass
+
+
 class TorchBackend(TorchWindowedForward, TorchParameterGradients):
     """Primitives for ``torch.nn.Module`` models (core, windowed forward, parameter
     gradients)."""
@@ -56,6 +80,24 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
     def __init__(self) -> None:
         self.transfers = TransferStats()
         self.device = torch.device("cpu")
+        self._adapters: weakref.WeakKeyDictionary[Any, dict[Any, _Adapted]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def adapt(self, model: Any, transpose_input: bool) -> Any:
+        params = model.parameters() if isinstance(model, torch.nn.Module) else []
+        dtype = next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+        cast = None if dtype == torch.float32 else dtype
+        if not transpose_input and cast is None:
+            return model
+        try:
+            per_model = self._adapters.setdefault(model, {})
+        except TypeError:  # not weak-referenceable
+            per_model = {}
+        key = (transpose_input, cast)
+        if key not in per_model:
+            per_model[key] = _Adapted(model, transpose_input, cast)
+        return per_model[key]
 
     # ----------------------------------------------------------------- model state
     def full_float32(self) -> AbstractContextManager[None]:
@@ -81,7 +123,7 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
         try:
             if moved:
                 model.to(target)
-            model.eval()
+            _eval(model)
             for p in params:
                 p.requires_grad_(False)
             self.device = target

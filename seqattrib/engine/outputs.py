@@ -22,6 +22,10 @@ VECTORISE_ON_CPU = False
 VECTORISE_ON_ACCELERATOR = True
 
 
+class OutputShapeError(ValueError):
+    """The model's output (through ``output_fn``) is not a (batch, K) tensor."""
+
+
 def vectorise_targets(backend: Any) -> bool:
     """Whether the K target gradients run as one vectorised backward in this session."""
     return VECTORISE_ON_ACCELERATOR if backend.on_accelerator() else VECTORISE_ON_CPU
@@ -47,6 +51,7 @@ class Head:
                 f"an output of type {type(out).__name__}",
                 "Pass output_fn=lambda out: ... returning a (batch, n_outputs) tensor.",
                 described=True,
+                error=OutputShapeError,
             )
         rank = len(out.shape)
         if rank == 1:
@@ -59,6 +64,7 @@ class Head:
                 f"an output of shape {tuple(out.shape)}",
                 "Pass output_fn that reduces it, e.g. lambda out: out.sum(-1).",
                 described=True,
+                error=OutputShapeError,
             )
         return out
 
