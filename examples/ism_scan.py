@@ -1,9 +1,12 @@
 """Saturation mutagenesis with a torch model, and the same scan on a window only.
 
-python examples/ism_scan.py
+python examples/ism_scan.py [outdir]     # writes outdir/ism_gata.png (default: ism-example)
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -25,5 +28,7 @@ print(
     f"planted GATA site at {start}-{end}; most damaging positions:",
     sorted(np.argsort(effect)[:6].tolist()),
 )
-plot_ism(scores[0], start=start - 10, end=end + 10, path="ism_gata.png")
-print("wrote ism_gata.png")
+outdir = Path(sys.argv[1] if len(sys.argv) > 1 else "ism-example")
+outdir.mkdir(exist_ok=True)
+plot_ism(scores[0], start=start - 10, end=end + 10, path=outdir / "ism_gata.png", title="GATA")
+print("wrote", outdir / "ism_gata.png")

@@ -5,7 +5,13 @@ python examples/keras_eig.py
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 import numpy as np
+
+if importlib.util.find_spec("keras") is None:
+    sys.exit("This example needs Keras 3 and TensorFlow: pip install 'seqattrib[tensorflow]'")
 
 import seqattrib as sa
 from seqattrib import demo

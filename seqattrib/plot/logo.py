@@ -94,6 +94,20 @@ def _axes(ax: Axes | None, path: Any, figsize: tuple[float, float]) -> Axes:
     return new_ax
 
 
+def _position_axis(ax: Axes, coordinates: tuple[str, int] | None) -> None:
+    """Label the x axis with positions in the sequence, or on a chromosome: ``coordinates`` =
+    (chrom, 0-based genome position of the sequence's first base); ticks show 1-based genome
+    positions, as genome browsers do."""
+    if coordinates is None:
+        ax.set_xlabel("position")
+        return
+    from matplotlib.ticker import FuncFormatter
+
+    chrom, first = str(coordinates[0]), int(coordinates[1])
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{int(round(x)) + first + 1:,}"))
+    ax.set_xlabel(f"{chrom} (1-based)")
+
+
 def _finish(ax: Axes, title: str | None, path: str | os.PathLike[str] | None) -> Axes:
     if title is not None:
         ax.set_title(title)
@@ -135,6 +149,7 @@ def plot_logo(
     alphabet_axis: int | None = None,
     title: str | None = None,
     path: str | os.PathLike[str] | None = None,
+    coordinates: tuple[str, int] | None = None,
 ) -> Axes:
     """Draw an attribution logo: at each position the letters, as tall as their scores.
 
@@ -157,6 +172,9 @@ def plot_logo(
     title : str, optional
     path : str or path, optional
         Save the figure there (format from the suffix: ``.png``, ``.pdf``, ``.svg``).
+    coordinates : (chrom, start), optional
+        Where the sequence lies on the genome (``start``: 0-based position of its first base,
+        as in BED); the x axis then shows 1-based chromosome positions.
 
     Returns
     -------
@@ -196,7 +214,7 @@ def plot_logo(
     ax.set_xlim(lo - 0.5, hi - 0.5)
     ax.set_ylim(bottom_min - pad, top_max + pad)
     ax.axhline(0.0, color="0.5", linewidth=0.5)
-    ax.set_xlabel("position")
+    _position_axis(ax, coordinates)
     ax.set_ylabel("attribution")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -213,6 +231,7 @@ def plot_ism(
     title: str | None = None,
     path: str | os.PathLike[str] | None = None,
     cmap: str = "RdBu_r",
+    coordinates: tuple[str, int] | None = None,
 ) -> Axes:
     """Draw ISM scores of one sequence as a heatmap: bases A, C, G, T down, positions across.
 
@@ -235,6 +254,8 @@ def plot_ism(
         Save the figure there (format from the suffix).
     cmap : str
         A diverging matplotlib colormap.
+    coordinates : (chrom, start), optional
+        Where the sequence lies on the genome, as for ``plot_logo``.
 
     Returns
     -------
@@ -257,6 +278,6 @@ def plot_ism(
         extent=(lo - 0.5, hi - 0.5, 3.5, -0.5),
     )
     ax.set_yticks(range(4), list(ALPHABET))
-    ax.set_xlabel("position")
+    _position_axis(ax, coordinates)
     ax.figure.colorbar(image, ax=ax, label="ISM score", fraction=0.05, pad=0.01)
     return _finish(ax, title, path)

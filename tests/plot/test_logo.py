@@ -120,3 +120,13 @@ def test_plot_errors():
         plot_logo(np.full((10, 4), np.nan))
     with pytest.raises(ValueError, match="alphabet_axis"):
         plot_ism(np.zeros((10, 4)), alphabet_axis=0)
+
+
+@pytest.mark.parametrize("draw", [plot_logo, plot_ism])
+def test_genome_coordinates_label_the_axis(draw):
+    scores = np.random.default_rng(1).standard_normal((40, 4)).astype(np.float32)
+    ax = draw(scores, start=10, end=30, coordinates=("chr8", 1_000_000), path=None)
+    ax.figure.canvas.draw()
+    assert ax.get_xlabel() == "chr8 (1-based)"
+    formatter = ax.xaxis.get_major_formatter()
+    assert formatter(10, 0) == "1,000,011"  # position 10 of a window starting at 1,000,000
