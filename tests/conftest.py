@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# FASTA indexes and other reusable files go to a folder of this test run, not the user's cache
+os.environ.setdefault("SEQATTRIB_CACHE", tempfile.mkdtemp(prefix="seqattrib-tests-"))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -4,8 +4,8 @@ chrom sizes files."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -128,6 +128,34 @@ def chrom_sizes(path: PathLike) -> dict[str, int]:
     return sizes
 
 
+def cache_folder() -> Path:
+    """Where seqattrib keeps files it makes for reuse (FASTA indexes): ``$SEQATTRIB_CACHE``, else
+    ``$XDG_CACHE_HOME/seqattrib``, else ``~/.cache/seqattrib``."""
+    if os.environ.get("SEQATTRIB_CACHE"):
+        return Path(os.environ["SEQATTRIB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "seqattrib"
+
+
+def cached_index(path: Path) -> Path:
+    """The cache file of ``path``'s FASTA index, named by the file and its size and time."""
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+    folder = cache_folder() / "fai"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{path.name}.{digest}.fai"
+
+
+def _plain_gzip(path: Path) -> bool:
+    """gzip-compressed without the BGZF block header that indexed reading needs."""
+    with open(path, "rb") as handle:
+        head = handle.read(18)
+    is_gzip = head[:2] == b"\x1f\x8b"
+    bgzf = len(head) >= 16 and head[3] & 4 and head[12:14] == b"BC"
+    return is_gzip and not bgzf
+
+
 class Genome:
     """A FASTA genome read lazily, one window at a time.
 
@@ -136,16 +164,20 @@ class Genome:
     Parameters
     ----------
     path : str or path
-        FASTA file (plain, or bgzip-compressed with pyfaidx).
+        FASTA file, plain or compressed with ``bgzip`` (which pyfaidx reads with BioPython); a
+        file compressed with plain ``gzip`` is read whole into memory when small, and refused
+        when large (recompress it with ``bgzip``).
     backend : {"auto", "pyfaidx", "memory"}
         ``"pyfaidx"`` reads windows through a ``.fai`` index (``pip install 'seqattrib[genome]'``);
         ``"memory"`` reads the whole file with :func:`read_fasta`. ``"auto"`` (default) uses pyfaidx
         when it is installed, and otherwise reads files up to 100 MiB into memory (small genomes,
         test data); for larger files without pyfaidx it raises ImportError naming the extra.
     index_path : str or path, optional
-        Where the pyfaidx index lives. By default ``<path>.fai``: used when present, built there
-        when the folder is writable, and otherwise built in a temporary folder removed by
-        :meth:`close`.
+        Where the pyfaidx index lives. By default ``<path>.fai`` when it exists (as samtools
+        makes it); otherwise the index is built once in the user's cache folder
+        (``$SEQATTRIB_CACHE``, else ``$XDG_CACHE_HOME/seqattrib``, else
+        ``~/.cache/seqattrib``), under ``fai/``, and reused: nothing is written beside the
+        genome.
 
     Examples
     --------
@@ -173,7 +205,6 @@ class Genome:
         self._fasta: Any = None
         self._records: dict[str, str] | None = None
         self._sizes: dict[str, int] | None = None
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
 
     def __repr__(self) -> str:
         return f"Genome({os.fspath(self.path)!r}, backend={self.backend!r})"
@@ -182,27 +213,39 @@ class Genome:
         if self._sizes is not None:
             return
         backend = self.backend
+        small = self.path.stat().st_size <= MEMORY_LIMIT_BYTES
         if backend == "auto":
             try:
                 import_optional("pyfaidx")
                 backend = "pyfaidx"
             except ImportError:
-                if self.path.stat().st_size > MEMORY_LIMIT_BYTES:
+                if not small:
                     raise
                 backend = "memory"
+        if backend == "pyfaidx" and _plain_gzip(self.path):
+            if not small or self.backend == "pyfaidx":
+                raise parameter_error(
+                    "Genome",
+                    "path",
+                    "a plain or bgzip-compressed FASTA file",
+                    f"{os.fspath(self.path)!r}, compressed with plain gzip",
+                    "Recompress it with bgzip (gunzip -c genome.fa.gz | bgzip > genome.fa.bgz) "
+                    "or decompress it.",
+                    described=True,
+                )
+            backend = "memory"
         if backend == "memory":
             self._records = read_fasta(self.path)
             self._sizes = {name: len(seq) for name, seq in self._records.items()}
             return
         pyfaidx = import_optional("pyfaidx")
         index = self.index_path
-        default = Path(f"{self.path}.fai")
-        if index is None and not default.exists() and not os.access(self.path.parent, os.W_OK):
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="seqattrib-fai-")
-            index = Path(self._tmpdir.name) / default.name
+        if index is None:
+            beside = Path(f"{self.path}.fai")
+            index = beside if beside.exists() else cached_index(self.path)
         self._fasta = pyfaidx.Fasta(
             os.fspath(self.path),
-            indexname=None if index is None else os.fspath(index),
+            indexname=os.fspath(index),
             as_raw=True,
             sequence_always_upper=False,
             read_long_names=False,
@@ -261,12 +304,10 @@ class Genome:
         return str(self._fasta[chrom][start:end])
 
     def close(self) -> None:
-        """Close the file (and remove a temporary index); the next use opens it again."""
+        """Close the file; the next use opens it again."""
         if self._fasta is not None:
             self._fasta.close()
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
-        self._fasta = self._records = self._sizes = self._tmpdir = None
+        self._fasta = self._records = self._sizes = None
 
     def __enter__(self) -> Genome:
         return self

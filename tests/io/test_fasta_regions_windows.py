@@ -97,17 +97,42 @@ def test_genome_backends_fetch_like_slicing(fasta: Path, backend: str):
             genome.fetch("chr1", 15, 21)
 
 
-def test_genome_index_in_a_temporary_folder_when_the_folder_is_read_only(
-    fasta: Path, monkeypatch: pytest.MonkeyPatch
+def test_genome_index_goes_to_the_cache_and_never_beside_the_fasta(
+    fasta: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     pytest.importorskip("pyfaidx")
-    monkeypatch.setattr("seqattrib.io.fasta.os.access", lambda *args: False)
-    genome = Genome(fasta, backend="pyfaidx")
-    assert genome.fetch("chr1", 0, 4) == "ACGG"
-    index = Path(genome._tmpdir.name)  # type: ignore[union-attr]
-    assert not Path(f"{fasta}.fai").exists() and any(index.iterdir())
-    genome.close()
-    assert not index.exists()
+    monkeypatch.setenv("SEQATTRIB_CACHE", str(tmp_path / "cache"))
+    with Genome(fasta, backend="pyfaidx") as genome:
+        assert genome.fetch("chr1", 0, 4) == "ACGG"
+    assert not Path(f"{fasta}.fai").exists()
+    (index,) = (tmp_path / "cache" / "fai").iterdir()
+    assert index.name.startswith("genome.fa.")
+    with Genome(fasta, backend="pyfaidx") as genome:  # reused, not rebuilt
+        assert genome.fetch("chr2", 4, 8) == "ACGT"
+    assert list((tmp_path / "cache" / "fai").iterdir()) == [index]
+
+
+def test_an_index_beside_the_fasta_is_used(fasta: Path, tmp_path: Path, monkeypatch):
+    pyfaidx = pytest.importorskip("pyfaidx")
+    pyfaidx.Fasta(str(fasta)).close()  # samtools-style genome.fa.fai
+    monkeypatch.setenv("SEQATTRIB_CACHE", str(tmp_path / "cache"))
+    with Genome(fasta, backend="pyfaidx") as genome:
+        assert genome.fetch("chr1", 0, 4) == "ACGG"
+    assert not (tmp_path / "cache").exists()
+
+
+def test_plain_gzip_genomes_say_bgzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    pytest.importorskip("pyfaidx")
+    monkeypatch.setenv("SEQATTRIB_CACHE", str(tmp_path / "cache"))
+    gz = tmp_path / "genome.fa.gz"
+    gz.write_bytes(gzip.compress(FASTA.encode()))
+    with Genome(gz) as genome:  # small: read into memory
+        assert genome.fetch("chr1", 0, 4) == "ACGG"
+    with pytest.raises(ValueError, match="plain gzip.*bgzip"):
+        Genome(gz, backend="pyfaidx").fetch("chr1", 0, 4)
+    monkeypatch.setattr("seqattrib.io.fasta.MEMORY_LIMIT_BYTES", 10)
+    with pytest.raises(ValueError, match="bgzip"):
+        Genome(gz).fetch("chr1", 0, 4)
 
 
 def test_genome_auto_without_pyfaidx_reads_small_files_only(
