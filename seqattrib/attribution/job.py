@@ -8,7 +8,9 @@ the engine's loop.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -95,6 +97,59 @@ def fed_model(
     )
 
 
+def _members(model: Any, func: str) -> list[Any]:
+    """The models of an ensemble (a list or tuple of models), or the one model."""
+    if not isinstance(model, (list, tuple)):
+        return [model]
+    if not model:
+        raise parameter_error(func, "model", "a model or a non-empty list of models", model)
+    names = {get_backend(m).name for m in model}
+    if len(names) > 1:
+        raise parameter_error(
+            func,
+            "model",
+            "a list of models of one framework (an ensemble)",
+            f"models of {sorted(names)}",
+            described=True,
+        )
+    return list(model)
+
+
+#: Ensembles kept while their members live, so that compiled functions and probed batch sizes
+#: are reused by later calls with the same models.
+_ENSEMBLES: dict[Any, Any] = {}
+
+
+def _fed(
+    be: Backend, members: list[Any], source: SequenceSource, head: Head, func: str
+) -> tuple[Any, int]:
+    """The model the job calls: the one model, or the ensemble of the members (each fed its
+    own layout and dtype), and its number of outputs."""
+    fed = [fed_model(be, m, source, head, func) for m in members]
+    counts = {n for _, n in fed}
+    if len(counts) > 1:
+        raise parameter_error(
+            func,
+            "model",
+            "models with the same number of outputs (an ensemble)",
+            f"models with {sorted(counts)} outputs",
+            "Pass output_fn to select the same outputs of each.",
+            described=True,
+        )
+    if len(members) == 1:
+        return fed[0]
+    key = (tuple(id(m) for m, _ in fed), head)
+    if key not in _ENSEMBLES:
+        ensemble = be.ensemble([m for m, _ in fed], head)
+        try:
+            for member in members:
+                weakref.finalize(member, _ENSEMBLES.pop, key, None)
+            _ENSEMBLES[key] = ensemble
+        except TypeError:  # not weak-referenceable: not cached
+            return ensemble, counts.pop()
+    return _ENSEMBLES[key], counts.pop()
+
+
 def _first_line(exc: Exception) -> str:
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     return (lines[0] if lines else "")[:200]
@@ -119,10 +174,14 @@ def run_job(
     if options.shard is not None:
         shard = shard_rows(*options.shard, source.n_sequences, func)
         source = source.rows(shard.start, shard.stop)
-    be = get_backend(model, options.backend)
+    members = _members(model, func)
+    be = get_backend(members[0], options.backend)
     head = Head(options.output_fn)
-    with model_session(be, model, options.device) as device:
-        fed, n_outputs = fed_model(be, model, source, head, func)
+    with ExitStack() as sessions:
+        device = [sessions.enter_context(model_session(be, m, options.device)) for m in members][0]
+        fed, n_outputs = _fed(be, members, source, head, func)
+        if len(members) > 1:
+            head = Head()  # the ensemble's output is already (batch, K)
         targets, squeeze = resolve_targets(options.target, n_outputs, func)
         seed = resolve_seed(method.random_state, func)
         row_shapes = method.row_shapes(len(targets))
@@ -133,7 +192,7 @@ def run_job(
             done = 0
         else:
             sink, seed = _track_writer(
-                method, be, model, source, options, targets, squeeze, seed, block, shard
+                method, be, members, source, options, targets, squeeze, seed, block, shard
             )
             done = sink.n_completed
         try:
@@ -190,7 +249,7 @@ def _run(method: Method, context: JobContext, sink: Any, options: RunOptions, bl
 def _track_writer(
     method: Method,
     be: Backend,
-    model: Any,
+    members: list[Any],
     source: SequenceSource,
     options: RunOptions,
     targets: list[int],
@@ -227,7 +286,7 @@ def _track_writer(
         settings=settings,
         seed=seed,
         adopt_seed=stored_random_state is None,
-        description={"backend": be.name, "model": be.describe(model)},
+        description={"backend": be.name, "model": " + ".join(be.describe(m) for m in members)},
         regions=regions,
         overwrite=options.overwrite,
         block_sequences=block,

@@ -71,6 +71,10 @@ class Backend(Protocol):
     def describe(self, model: Any) -> str:
         """A short text naming the model (class, parameter count)."""
 
+    def ensemble(self, models: Sequence[Any], head: Head) -> Any:
+        """One model whose raw output is the mean of ``head(m(x))`` over ``models`` (B, K):
+        its gradients are the mean of theirs, so attributions are the ensemble's mean."""
+
     def adapt(self, model: Any, transpose_input: bool) -> Any:
         """``model`` fed the way it takes its input: axes 1 and 2 of X swapped when
         ``transpose_input``, cast to the dtype of its parameters where that is not float32

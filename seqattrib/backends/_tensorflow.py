@@ -49,6 +49,18 @@ class _Transposed(tf.Module):
         return call_model(self.model, tf.transpose(x, (0, 2, 1)))
 
 
+class _Ensemble(tf.Module):
+    """The mean output of several models (see ``TensorFlowBackend.ensemble``)."""
+
+    def __init__(self, models: Sequence[Any], head: Head) -> None:
+        super().__init__(name="ensemble")
+        self.members, self.head = list(models), head
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        outputs = [tf.cast(self.head(call_model(m, x)), tf.float32) for m in self.members]
+        return tf.reduce_mean(tf.stack(outputs), axis=0)
+
+
 class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients):
     """Primitives for Keras 3 (TensorFlow backend) models, ``tf.Module`` and callables (core,
     windowed forward, parameter gradients)."""
@@ -81,6 +93,9 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
             yield
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+    def ensemble(self, models: Sequence[Any], head: Head) -> Any:
+        return _Ensemble(models, head)
 
     def adapt(self, model: Any, transpose_input: bool) -> Any:
         # Keras layers cast float inputs to their own dtype (float64, bfloat16) themselves

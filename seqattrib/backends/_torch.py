@@ -63,6 +63,19 @@ class _Adapted(torch.nn.Module):
         return self.model(x)
 
 
+class _Ensemble(torch.nn.Module):
+    """The mean output of several models (see ``TorchBackend.ensemble``)."""
+
+    def __init__(self, models: Sequence[Any], head: Head) -> None:
+        super().__init__()
+        self.members = torch.nn.ModuleList(models)
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs = [self.head(member(x)).float() for member in self.members]
+        return torch.stack(outputs).mean(dim=0)
+
+
 def _eval(model: torch.nn.Module) -> None:
     """Eval mode; a ``torch.export`` program has none to set (it runs as it was exported)."""
     try:
@@ -83,6 +96,9 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
         self._adapters: weakref.WeakKeyDictionary[Any, dict[Any, _Adapted]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def ensemble(self, models: Sequence[Any], head: Head) -> Any:
+        return _Ensemble(models, head)
 
     def adapt(self, model: Any, transpose_input: bool) -> Any:
         params = model.parameters() if isinstance(model, torch.nn.Module) else []

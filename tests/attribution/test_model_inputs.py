@@ -73,3 +73,24 @@ def test_keras_models_in_float64(conv_weights):
     expected = sa.integrated_gradients(reference, X, target=[0, 1], n_steps=8)
     got = sa.integrated_gradients(model, X, target=[0, 1], n_steps=8)
     assert_close(got, expected, FLOAT32)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_an_ensemble_gives_the_mean_attribution(framework, method):
+    weights = [models.convnet_weights(n_outputs=3, seed=s) for s in (1, 2, 3)]
+    layouts = ["NLC", "NCL", "NLC"]  # members may take different layouts
+    members = [
+        make_model(framework, "convnet", w, layout)
+        for w, layout in zip(weights, layouts, strict=True)
+    ]
+    X = models.random_one_hot(3, LENGTH, seed=5)
+    each = [METHODS[method](m, X) for m in members]
+    assert_close(METHODS[method](members, X), np.mean(each, axis=0), FLOAT32)
+
+
+def test_an_ensemble_of_mixed_outputs_is_refused():
+    a = models.torch_model("convnet", models.convnet_weights(n_outputs=3), "NLC")
+    b = models.torch_model("convnet", models.convnet_weights(n_outputs=2), "NLC")
+    with pytest.raises(ValueError, match=r"same number of outputs"):
+        sa.saliency([a, b], models.random_one_hot(2, LENGTH))
