@@ -3,13 +3,14 @@ or a lazy genome-window source), with the one-hot checks every method shares."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import SeqAttribWarning, parameter_error
 
 #: Slack for float rounding in the one-hot checks (soft encodings pass, anything else fails).
 _ONE_HOT_ATOL = 1e-5
@@ -159,6 +160,7 @@ def as_source(X: Any, alphabet_axis: int | None, func: str) -> SequenceSource:
             described=True,
             error=TypeError,
         )
+    X = _tensor_rows(X, func)
     if not (hasattr(X, "shape") and hasattr(X, "__getitem__") and hasattr(X, "dtype")):
         try:
             X = np.asarray(X)
@@ -198,6 +200,51 @@ def _is_np_dtype(dtype: Any) -> bool:
         return True
     except TypeError:
         return False
+
+
+def _tensor_rows(X: Any, func: str) -> Any:
+    """A torch or TensorFlow tensor as rows read into numpy (a CPU tensor's memory is shared,
+    not copied); X itself otherwise. X on an accelerator is read to the host in chunks for the
+    one-hot checks, with a warning that says so."""
+    module = type(X).__module__.split(".")[0]
+    if module not in ("torch", "tensorflow") or not hasattr(X, "shape"):
+        return X
+    device = str(getattr(X, "device", "cpu")).lower()
+    if "cpu" not in device:
+        warnings.warn(
+            f"{func}: X is on {device}; it is read to the host in chunks (for the one-hot checks) "
+            "and copied back to the device. Pass a host array to avoid the copies.",
+            SeqAttribWarning,
+            stacklevel=4,
+        )
+    return _TensorRows(X)
+
+
+class _TensorRows:
+    """Rows of a torch or TensorFlow tensor as numpy arrays (slices only)."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+        self.shape = tuple(int(s) for s in tensor.shape)
+        tf_dtype = getattr(tensor.dtype, "as_numpy_dtype", None)
+        name = str(tensor.dtype).rsplit(".", 1)[-1]
+        try:
+            dtype = np.dtype(tf_dtype if tf_dtype is not None else name)
+        except TypeError:
+            dtype = np.dtype(np.void)
+        # bfloat16 and other types numpy (or torch's numpy bridge) lacks: read as float32
+        self.cast = dtype.kind not in "fiub" or name == "bfloat16"
+        self.dtype = np.dtype(np.float32) if self.cast else dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        rows = self.tensor[index]
+        if hasattr(rows, "detach"):  # torch
+            rows = rows.detach().cpu()
+            return (rows.float() if self.cast else rows).numpy()
+        return np.asarray(rows.numpy()).astype(self.dtype, copy=False)
 
 
 class _RowRange:

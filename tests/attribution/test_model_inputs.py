@@ -94,3 +94,18 @@ def test_an_ensemble_of_mixed_outputs_is_refused():
     b = models.torch_model("convnet", models.convnet_weights(n_outputs=2), "NLC")
     with pytest.raises(ValueError, match=r"same number of outputs"):
         sa.saliency([a, b], models.random_one_hot(2, LENGTH))
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_tensors_as_x(framework, dtype, conv_weights):
+    model = make_model(framework, "convnet", conv_weights, "NLC")
+    X = models.random_one_hot(3, LENGTH, seed=6).astype(dtype)
+    if framework == "torch":
+        tensor = torch.from_numpy(X)
+    else:
+        import tensorflow as tf
+
+        tensor = tf.constant(X)
+    for method in ("saliency", "ism"):
+        assert_close(METHODS[method](model, tensor), METHODS[method](model, X), FLOAT32)
