@@ -79,28 +79,30 @@ def test_explain_from_fasta_equals_the_api(fasta, tmp_path, capsys):
 
 def test_genome_regions_ism_export_and_plot(genome, tmp_path, capsys):
     out = tmp_path / "ism.h5"
-    with pytest.warns(sa.SeqAttribWarning, match="1"):
-        code = main(
-            [
-                "ism",
-                "--model",
-                MODEL,
-                "--genome",
-                str(genome / "g.fa"),
-                "--regions",
-                str(genome / "peaks.bed"),
-                "--length",
-                "200",
-                "--target",
-                "all",
-                "--positions",
-                "50:150",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
+    code = main(
+        [
+            "ism",
+            "--model",
+            MODEL,
+            "--genome",
+            str(genome / "g.fa"),
+            "--regions",
+            str(genome / "peaks.bed"),
+            "--length",
+            "200",
+            "--target",
+            "all",
+            "--positions",
+            "50:150",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
+    warning = capsys.readouterr().err.strip()  # the window off chr1's end: one line
+    assert warning.startswith("seqattrib ism: warning: ") and "dropped 1 of 4" in warning
+    assert len(warning.splitlines()) == 1
     tracks = read_tracks(out)
     assert tracks.attributions.shape == (3, 3, 4, 200)  # the window off chr1's end is dropped
     assert list(tracks.regions.start) == [100, 400, 0]
@@ -152,7 +154,7 @@ def test_genome_regions_ism_export_and_plot(genome, tmp_path, capsys):
     [
         (
             ["explain", "--model", "missing.pt", "--fasta", "x.fa", "--out", "o.h5"],
-            "'--model' parameter",
+            "--model must be an existing file",
         ),
         (
             ["explain", "--model", MODEL, "--fasta", "missing.fa", "--out", "o.h5"],
@@ -187,10 +189,12 @@ def test_bad_target_and_existing_output(fasta, tmp_path, capsys):
         str(tmp_path / "s.h5"),
         "--quiet",
     ]
-    assert main(args + ["--target", "x"]) == 1
-    assert "'--target'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(args + ["--target", "x"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "--target" in err
     assert main(args + ["--target", "5"]) == 1
-    assert "[0, 3)" in capsys.readouterr().err
+    assert "--target must be an output index in [0, 3)" in capsys.readouterr().err
     assert main(args) == 0
     assert main(args + ["--target", "1"]) == 1  # different settings, no --overwrite
     assert "overwrite" in capsys.readouterr().err
@@ -258,8 +262,7 @@ def test_ism_fast_flag_gives_the_exact_scores(genome, tmp_path):
         out = tmp_path / f"ism_{fast}.h5"
         args = ["ism", "--model", MODEL, "--genome", str(genome / "g.fa"), "--regions"]
         args += [str(genome / "peaks.bed"), "--length", "200", "--positions", "90:110"]
-        with pytest.warns(sa.SeqAttribWarning, match="1"):  # the window off chr1's end
-            assert main([*args, "--fast", fast, "--out", str(out), "--quiet"]) == 0
+        assert main([*args, "--fast", fast, "--out", str(out), "--quiet"]) == 0
         tracks[fast] = read_tracks(out).attributions
     scale = np.abs(tracks["no"]).max()
     assert scale > 0 and np.abs(tracks["yes"] - tracks["no"]).max() <= 1e-5 * scale

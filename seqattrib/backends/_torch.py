@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._errors import parameter_error
 from ._protocol import Head, OutOfDeviceMemory, TransferStats
 from ._torch_params import TorchParameterGradients
 from ._torch_windows import TorchWindowedForward
@@ -76,6 +77,29 @@ class _Ensemble(torch.nn.Module):
         return torch.stack(outputs).mean(dim=0)
 
 
+def _device(device: Any) -> torch.device:
+    """``device`` as a torch device this build and machine have."""
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise parameter_error(
+            "the call", "device", "a torch device such as 'cpu', 'cuda' or 'cuda:1'", device
+        ) from exc
+    available = {
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }
+    if not available.get(target.type, True):
+        raise parameter_error(
+            "the call",
+            "device",
+            "a device this machine and torch build have",
+            device,
+            f"torch {torch.__version__} sees no {target.type} device here; use device='cpu'.",
+        )
+    return target
+
+
 def _eval(model: torch.nn.Module) -> None:
     """Eval mode; a ``torch.export`` program has none to set (it runs as it was exported)."""
     try:
@@ -122,7 +146,7 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
     @contextmanager
     def session(self, model: Any, device: Any) -> Iterator[torch.device]:
         if not isinstance(model, torch.nn.Module):  # a plain callable: nothing to restore
-            previous, self.device = self.device, torch.device(device or "cpu")
+            previous, self.device = self.device, _device(device or "cpu")
             try:
                 yield self.device
             finally:
@@ -131,7 +155,7 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
         params = list(model.parameters())
         tensors = params + list(model.buffers())
         home = tensors[0].device if tensors else torch.device("cpu")
-        target = torch.device(device) if device is not None else home
+        target = _device(device) if device is not None else home
         modes = [(m, m.training) for m in model.modules()]
         grad_flags = [(p, p.requires_grad) for p in params]
         moved = any(t.device != target for t in tensors)

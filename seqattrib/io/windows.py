@@ -123,7 +123,7 @@ def extract_windows(
     keep = ~(missing | off_end)
     kept, dropped = regions.take(keep), regions.take(~keep)
     if len(dropped):
-        _warn_dropped(regions, missing, off_end)
+        _warn_dropped(regions, missing, off_end, func, sizes)
 
     shape = (len(kept), length, 4) if layout == "NLC" else (len(kept), 4, length)
     X = np.empty(shape, dtype=dtype)  # every element is written below
@@ -160,7 +160,13 @@ def _raise_bad_letter(kept: Regions, i: int, fetch: Callable[[str, int, int], st
     )
 
 
-def _warn_dropped(regions: Regions, missing: np.ndarray, off_end: np.ndarray) -> None:
+def _warn_dropped(
+    regions: Regions,
+    missing: np.ndarray,
+    off_end: np.ndarray,
+    func: str,
+    sizes: dict[str, int],
+) -> None:
     parts = []
     if off_end.any():
         shown = ", ".join(regions.labels(np.flatnonzero(off_end)[:_EXAMPLES_SHOWN]))
@@ -170,12 +176,17 @@ def _warn_dropped(regions: Regions, missing: np.ndarray, off_end: np.ndarray) ->
         chroms = list(dict.fromkeys(regions.chrom[missing].tolist()))
         shown = ", ".join(repr(c) for c in chroms[:_EXAMPLES_SHOWN])
         more = ", ..." if len(chroms) > _EXAMPLES_SHOWN else ""
-        parts.append(f"{int(missing.sum())} on chromosomes missing from the genome ({shown}{more})")
+        names = list(sizes)
+        known = ", ".join(names[:_EXAMPLES_SHOWN * 2]) + (", ..." if len(names) > 6 else "")
+        parts.append(
+            f"{int(missing.sum())} on chromosomes missing from the genome ({shown}{more}; the "
+            f"genome has {known})"
+        )
     n_dropped = int(off_end.sum() + missing.sum())
     warnings.warn(
-        f"extract_windows dropped {n_dropped} of {len(regions)} windows: "
+        f"{func} dropped {n_dropped} of {len(regions)} windows: "
         + "; ".join(parts)
-        + ". The kept windows are returned with their source rows (kept.index).",
+        + ". The kept windows keep their source rows (their index).",
         SeqAttribWarning,
         stacklevel=3,
     )
@@ -238,7 +249,7 @@ def genome_windows(
     size = np.array([sizes.get(c, -1) for c in windows.chrom], dtype=np.int64)
     fits = (size >= 0) & (windows.start >= 0) & (windows.end <= size)
     if not fits.all():
-        _warn_dropped(windows, size < 0, (size >= 0) & ~fits)
+        _warn_dropped(windows, size < 0, (size >= 0) & ~fits, "genome_windows", sizes)
     kept = windows.take(fits)
     if len(kept) == 0:
         chroms = ", ".join(list(sizes)[:_EXAMPLES_SHOWN]) + (", ..." if len(sizes) > 3 else "")

@@ -1,0 +1,270 @@
+"""What each subcommand does: read its inputs, call the library, print what it wrote."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from .._errors import parameter_error
+from ..loader import load_model, model_framework
+from ..shards import launch, resolve_shard, shard_path
+
+
+# --------------------------------------------------------------------------- inputs
+def load_sequences(args: argparse.Namespace, layout: str) -> tuple[Any, Any]:
+    """(X, regions) from --fasta, or --genome with --regions and --length, in ``layout``."""
+    from ..io import fasta_windows, genome_windows, read_regions
+
+    if args.fasta and (args.genome or args.regions):
+        raise parameter_error(
+            "seqattrib", "--fasta", "used without --genome and --regions", args.fasta
+        )
+    if args.fasta:
+        return fasta_windows(args.fasta, layout), None
+    missing = [
+        flag
+        for flag, value in (("--genome", args.genome), ("--regions", args.regions))
+        if not value
+    ]
+    if args.length is None:
+        missing.append("--length")
+    if missing:
+        given = [f for f in ("--genome", "--regions", "--length") if f not in missing]
+        raise parameter_error(
+            "seqattrib",
+            "--fasta",
+            "given, or --genome, --regions and --length together",
+            ", ".join(given) + " without " + ", ".join(missing) if given else "none of them",
+            "Pass --fasta seqs.fa, or --genome hg38.fa --regions peaks.bed --length 2114.",
+            described=True,
+        )
+    regions = read_regions(args.regions, length=args.length)
+    windows = genome_windows(args.genome, regions, args.length, layout)
+    return windows, windows.regions
+
+
+def model_and_sequences(args: argparse.Namespace) -> tuple[Any, str, Any, Any]:
+    model = load_model(args.model, weights=args.weights)
+    framework = model_framework(model)
+    layout = args.layout or ("NCL" if framework == "torch" else "NLC")
+    X, regions = load_sequences(args, layout)
+    return model, framework, X, regions
+
+
+def common_run(args: argparse.Namespace, framework: str, regions: Any) -> dict[str, Any]:
+    """The keywords every method takes, from the shared flags; a shard writes its own file."""
+    shard = args.shard if args.shard is not None else resolve_shard(None)
+    return dict(
+        backend=framework,
+        target=args.target,
+        batch_size=args.batch_size,
+        max_cpu_sequences=args.max_cpu_sequences,
+        device=args.device,
+        out=args.out if shard is None else shard_path(args.out, *shard),
+        overwrite=args.overwrite,
+        verbose=not args.quiet,
+        regions=regions,
+        shard=shard,
+    )
+
+
+# --------------------------------------------------------------------------- commands
+def explain(args: argparse.Namespace) -> str:
+    from ..attribution import explain as explain_by_name
+
+    model, framework, X, regions = model_and_sequences(args)
+    kwargs = common_run(args, framework, regions)
+    if args.method in ("ig", "eig"):
+        kwargs.update(
+            random_state=args.random_state,
+            baselines=args.baselines or ("dinuc_shuffle" if args.method == "eig" else "zeros"),
+        )
+        given = {"n_steps": args.n_steps, "quadrature": args.integration}
+        kwargs.update({key: value for key, value in given.items() if value is not None})
+    if args.method == "eig":
+        kwargs.update(
+            return_stderr=args.stderr,
+            tolerance=args.tolerance,
+            max_baselines=args.max_baselines,
+            preset=args.preset,
+        )
+        if args.n_baselines is not None:
+            kwargs["n_baselines"] = args.n_baselines
+    kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
+    kwargs["correct_gradient"] = args.correct_gradient
+    path = explain_by_name(model, X, method=args.method, **kwargs)
+    print(path)
+    return str(path)
+
+
+def ism(args: argparse.Namespace) -> str:
+    from ..attribution import ism as saturation_mutagenesis
+
+    model, framework, X, regions = model_and_sequences(args)
+    path = saturation_mutagenesis(
+        model,
+        X,
+        positions=args.positions,
+        score=args.score,
+        fast="auto" if args.fast == "auto" else args.fast == "yes",
+        **common_run(args, framework, regions),
+    )
+    print(path)
+    return str(path)
+
+
+def export(args: argparse.Namespace) -> list[Path]:
+    from ..io import export_bigwig, export_modisco
+
+    names = args.class_names.split(",") if args.class_names else None
+    Path(args.outdir).mkdir(parents=True, exist_ok=True)
+    if args.format == "modisco":
+        paths = export_modisco(
+            args.tracks, args.outdir, class_names=names, overwrite=args.overwrite
+        )
+    else:
+        if not args.chrom_sizes:
+            raise parameter_error(
+                "seqattrib export bigwig",
+                "--chrom-sizes",
+                "given",
+                None,
+                "Pass --chrom-sizes hg38.chrom.sizes (chromosome names and lengths).",
+            )
+        paths = export_bigwig(
+            args.tracks, args.outdir, args.chrom_sizes, class_names=names, overwrite=args.overwrite
+        )
+    for p in paths:
+        print(p)
+    return paths
+
+
+def plot(args: argparse.Namespace) -> Path:
+    from ..io import read_tracks
+    from ..plot import plot_ism, plot_logo
+
+    if Path(args.output).exists() and not args.overwrite:
+        raise parameter_error(
+            "seqattrib plot", "--overwrite", "given to replace", args.output, error=FileExistsError
+        )
+    row, start, end = _plot_window(args)
+    tracks = read_tracks(args.tracks, rows=slice(row, row + 1))
+    scores = tracks.attributions[0]
+    settings = tracks.settings
+    targets = settings["targets"]
+    if args.target not in targets:
+        raise parameter_error("seqattrib plot", "--target", f"one of {targets}", args.target)
+    if scores.ndim == 3:
+        scores = scores[targets.index(args.target)]
+    names = args.class_names.split(",") if args.class_names else None
+    name = names[targets.index(args.target)] if names else f"target {args.target}"
+    coordinates = None
+    if tracks.regions is not None:
+        coordinates = (tracks.regions.chrom[0], int(tracks.regions.start[0]))
+    where = f"{coordinates[0]}:{coordinates[1] + 1:,}" if coordinates else f"row {row}"
+    title = f"{name}, {settings['method']} ({where})"
+    axis = -1 if int(tracks.attrs["alphabet_axis"]) == -1 else 0  # of one row
+    draw = dict(start=start, end=end, alphabet_axis=axis, title=title, path=args.output)
+    if settings["method"] == "ism":
+        plot_ism(scores, coordinates=coordinates, **draw)
+    else:
+        if not settings.get("multiply_by_inputs", False):
+            scores = scores * tracks.sequences[0]  # hypothetical -> contributions
+        plot_logo(scores, coordinates=coordinates, **draw)
+    print(args.output)
+    return Path(args.output)
+
+
+def _plot_window(args: argparse.Namespace) -> tuple[int, int | None, int | None]:
+    """(row, start, end) from --row/--start/--end, or from --region on the genome."""
+    from ..io import read_tracks
+
+    n_rows = int(read_tracks(args.tracks, rows=slice(0, 0)).attrs["n_completed"])
+    if args.region is None:
+        if not 0 <= args.row < n_rows:
+            raise parameter_error(
+                "seqattrib plot",
+                "--row",
+                f"a completed row of the file (0 to {n_rows - 1})",
+                args.row,
+            )
+        return args.row, args.start, args.end
+    match = re.fullmatch(r"([^:]+):([\d,]+)-([\d,]+)", args.region)
+    if match is None:
+        raise parameter_error("seqattrib plot", "--region", "chrom:start-end", args.region)
+    chrom = match.group(1)
+    first, last = (int(match.group(i).replace(",", "")) for i in (2, 3))
+    regions = read_tracks(args.tracks).regions
+    if regions is None:
+        raise parameter_error(
+            "seqattrib plot",
+            "--region",
+            "used with a file that has genome regions (explain --genome --regions)",
+            args.region,
+        )
+    for row in range(len(regions.chrom)):
+        lo, hi = int(regions.start[row]), int(regions.end[row])
+        if regions.chrom[row] == chrom and lo < first <= last <= hi:
+            return row, first - 1 - lo, last - lo
+    raise parameter_error(
+        "seqattrib plot",
+        "--region",
+        "inside one window of the file",
+        args.region,
+        "Choose a region within one of the file's windows, or pass --row.",
+    )
+
+
+def merge(args: argparse.Namespace) -> Path:
+    from ..io.merge import merge_tracks
+
+    path = merge_tracks(args.shards, args.output, overwrite=args.overwrite)
+    print(path)
+    return path
+
+
+def launch_workers(args: argparse.Namespace) -> Path:
+    """One worker per device (CUDA_VISIBLE_DEVICES each), then merge their shards."""
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    path = launch(args.command, devices, overwrite=args.overwrite)
+    print(path)
+    return path
+
+
+def demo(args: argparse.Namespace) -> dict[str, Any]:
+    from ..demo import TASKS, run_demo
+
+    result = run_demo(
+        args.outdir,
+        n_sequences=args.n_sequences,
+        framework=args.framework,
+        data=args.data,
+        verbose=not args.quiet,
+    )
+    print(
+        f"EIG (64 dinucleotide-shuffled baselines x 3 Gauss-Legendre points, 3 targets) on "
+        f"{result['n_sequences']} demo sequences in {result['seconds']:.1f} s"
+    )
+    for task in TASKS:
+        fraction, n = result["hits"][task]
+        print(
+            f"  {task:5s}: top-scoring base inside the planted motif in {fraction:.0%} "
+            f"of {n} positive sequences"
+        )
+    print("wrote:")
+    for p in result["files"]:
+        print(f"  {p}")
+    return result
+
+
+COMMANDS = {
+    "explain": explain,
+    "ism": ism,
+    "export": export,
+    "plot": plot,
+    "merge": merge,
+    "launch": launch_workers,
+    "demo": demo,
+}

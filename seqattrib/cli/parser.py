@@ -1,0 +1,160 @@
+"""The command line's options: every one with its help text and default, values checked as they
+are parsed, errors on one line."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+DESCRIPTION = "Explain DNA sequence models: attribution tracks, exports and plots."
+EPILOG = """examples:
+  seqattrib explain --model demo --fasta seqs.fa --out tracks.h5
+  seqattrib explain --model model.pt2 --genome hg38.fa --regions peaks.narrowPeak \\
+      --length 2114 --method eig --target 0,2 --out tracks.h5
+  seqattrib ism --model demo --fasta seqs.fa --out ism.h5
+  seqattrib export modisco tracks.h5 -o modisco/
+  seqattrib export bigwig tracks.h5 -o tracks/ --chrom-sizes hg38.chrom.sizes
+  seqattrib plot tracks.h5 --row 0 -o logo.png
+  seqattrib demo -o demo/"""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block) and that reads values
+    such as ``-1/4`` as values."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        # a value like -1/4 or -5 is a (bad) value, for the type check to name
+        self._negative_number_matcher = re.compile(r"^-\d+(/-?\d+)?$|^-\d*\.\d+$")
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {' '.join(message.split())}\n")
+        sys.exit(2)
+
+
+def _typed(name: str, expected: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except (ValueError, TypeError):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError
+    return value
+
+
+def _batch_size(text: str) -> Any:
+    return "auto" if text == "auto" else _positive(text)
+
+
+def _targets(text: str) -> Any:
+    if text == "all":
+        return None
+    values = [int(v) for v in text.split(",")]
+    if any(v < 0 for v in values):
+        raise ValueError
+    return values[0] if "," not in text else values
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, count = (int(v) for v in text.split("/"))
+    if not 0 <= index < count:
+        raise ValueError
+    return index, count
+
+
+def _window(text: str) -> tuple[int, int]:
+    start, end = (int(v) for v in text.split(":"))
+    return start, end
+
+
+POSITIVE = _typed("positive", "a positive integer", _positive)
+POSITIVE_FLOAT = _typed("positive_float", "a positive number", _positive_float)
+BATCH_SIZE = _typed("batch_size", "'auto' or a positive integer (device rows)", _batch_size)
+TARGETS = _typed("targets", "an output index, a comma list such as 0,2, or 'all'", _targets)
+SHARD = _typed("shard", "i/n with 0 <= i < n, such as 0/4", _shard)
+WINDOW = _typed("window", "start:end (0-based, end excluded), such as 900:1100", _window)
+
+
+# --------------------------------------------------------------------------- option groups
+def add_model_and_sequences(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the model: a torch.export .pt2 file, a TorchScript file, a .keras/.h5 file, a "
+        "SavedModel folder, pkg.module:factory, or 'demo' / 'demo-keras' (the packaged demo)",
+    )
+    p.add_argument(
+        "--weights",
+        help="weights loaded into a pkg.module:factory model: a torch state dict or a Keras "
+        "weights file",
+    )
+    p.add_argument("--fasta", help="a FASTA file of sequences of one length")
+    p.add_argument("--genome", help="a genome FASTA (plain or bgzip), read window by window")
+    p.add_argument(
+        "--regions",
+        help="BED or narrowPeak regions of --genome; windows of --length are centred on each "
+        "summit (narrowPeak) or midpoint (BED)",
+    )
+    p.add_argument("--length", type=POSITIVE, help="window length in bases, with --regions")
+    p.add_argument(
+        "--layout",
+        choices=["NLC", "NCL"],
+        help="layout of the stored tracks, (N, L, 4) or (N, 4, L); the model is fed the layout "
+        "it takes either way (default: NCL for torch models, NLC for Keras and TensorFlow)",
+    )
+
+
+def add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target",
+        type=TARGETS,
+        default=0,
+        help="output index, a comma list (0,2: one file row holds both) or 'all' (default: 0)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=BATCH_SIZE,
+        default="auto",
+        help="device rows per batch, or 'auto' to probe the fastest (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-cpu-sequences",
+        type=POSITIVE,
+        default=1024,
+        help="finished sequences held on the host before they are written (default: %(default)s)",
+    )
+    p.add_argument(
+        "--device", help="cpu, cuda, cuda:1 or /GPU:0 (default: where the model is loaded)"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the HDF5 tracks file to write; a rerun with the same settings resumes it",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace --out instead of resuming it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--shard",
+        type=SHARD,
+        help="i/n: run the i-th of n contiguous blocks of the sequences into "
+        "OUT.shard-i-of-n.h5 (default: from SLURM_ARRAY_TASK_ID/COUNT or RANK/WORLD_SIZE)",
+    )
