@@ -173,3 +173,34 @@ def test_every_option_has_help_with_its_default():
                     "end",
                     "region",
                 ), f"{sub.prog} {action.option_strings} states no default"
+
+
+def test_args_files_feed_the_model_other_inputs(files, tmp_path, capsys):
+    """A fixed input from a .npy file reaches every row: the demo model scaled by it."""
+    np.save(tmp_path / "scale.npy", np.array([2.0, 1.0, 3.0], np.float32))
+    fasta = str(files / "seqs.fa")
+    argv = ["explain", "--method", "saliency", "--target", "0,2", "--fasta", fasta, "--quiet"]
+    scaled = [*argv, "--model", "factory_models:scaled", "--args", str(tmp_path / "scale.npy")]
+    assert main([*scaled, "--out", str(tmp_path / "scaled.h5")]) == 0
+    assert main([*argv, "--model", "demo", "--out", str(tmp_path / "plain.h5")]) == 0
+    got = read_tracks(tmp_path / "scaled.h5").attributions
+    plain = read_tracks(tmp_path / "plain.h5").attributions
+    expected = plain * np.array([2.0, 3.0])[None, :, None, None]
+    np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max())
+    # the plain demo model takes one input: the error names it, on one line
+    assert (
+        main(
+            [
+                *argv,
+                "--model",
+                "demo",
+                "--args",
+                str(tmp_path / "scale.npy"),
+                "--out",
+                str(tmp_path / "x.h5"),
+            ]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--model must be a model that takes" in err

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -91,16 +91,16 @@ def run_to_tolerance(
     for lo in range(0, source.n_sequences, block):
         hi = min(lo + block, source.n_sequences)
         chunk = source.read(lo, hi)
-        totals = _rounds(method, context, chunk, source, engine)
+        totals = _rounds(method, context, chunk, source.offset + lo, engine)
         sink.write(source.offset + lo, _results(method, totals, context, source.offset + lo))
         progress.update(hi - lo)
     progress.close()
 
 
-def _rounds(
-    method: Any, context: Any, chunk: np.ndarray, source: SequenceSource, engine: Engine
-) -> _Totals:
-    """Baselines [done, done + more) for the sequences of ``chunk`` still above tolerance."""
+def _rounds(method: Any, context: Any, chunk: np.ndarray, first: int, engine: Engine) -> _Totals:
+    """Baselines [done, done + more) for the sequences of ``chunk`` (rows ``first ..`` of the
+    job) still above tolerance."""
+    source: SequenceSource = context.source
     n = len(chunk)
     k = len(context.targets)
     totals = _Totals(
@@ -113,7 +113,8 @@ def _rounds(
     done, more = 0, method.n_baselines
     while len(todo):
         part = as_source(chunk[todo], source.alphabet_axis, method.func)
-        kernel = method.round_kernel(context, part, (done, done + more))
+        extras = None if context.extras is None else context.extras.rows(first + todo)
+        kernel = method.round_kernel(replace(context, extras=extras), part, (done, done + more))
         shapes: dict[str, tuple[int, ...]] = {
             "attributions": (k, *source.row_shape),
             "second_moment": (k, *source.row_shape),

@@ -44,6 +44,8 @@ class GradientKernel:
         backend = context.backend
         self.backend, self.model, self.head = backend, context.model, context.head
         self.targets, self.vectorised = context.targets, context.vectorised
+        self.extras = context.extras
+        self._fixed = [] if self.extras is None else self.extras.fixed(backend)
         self.row_shape = row_shape
         # alphabet axis of a (R, K, *row) gradient tensor
         self.grad_alphabet_axis = -1 if alphabet_axis == -1 else 2
@@ -72,6 +74,8 @@ class GradientKernel:
         if self.baselines.per_sequence is not None:
             b = self.baselines.per_sequence(x, first)
             payload["b"] = self.backend.asarray(b)  # (n, B, *row): sequences on axis 0
+        if self.extras is not None:
+            payload.update(self.extras.chunk(self.backend, first, len(x)))
         return payload
 
     def compute(
@@ -86,7 +90,11 @@ class GradientKernel:
         n_rows = len(local)
         step = row_in_sequence % self.n_steps
         baseline = row_in_sequence // self.n_steps
-        x = be.take(payload["x"], be.asarray(local, "int64"))
+        local_t = be.asarray(local, "int64")
+        x = be.take(payload["x"], local_t)
+        extras = (
+            [] if self.extras is None else self.extras.for_rows(be, payload, self._fixed, local_t)
+        )
         if self.baselines.constant is not None:
             b: Tensor | float = self.baselines.constant
         elif self._shared is not None:
@@ -98,7 +106,7 @@ class GradientKernel:
         diff = x - b
         alpha = be.asarray(self.alphas[step].reshape(n_rows, 1, 1))
         outputs, grads = be.input_gradients(
-            self.model, b + alpha * diff, self.targets, self.head, self.vectorised
+            self.model, b + alpha * diff, self.targets, self.head, self.vectorised, extras
         )
         if self.correct_gradient:
             grads = grads - be.mean(grads, axis=self.grad_alphabet_axis, keepdims=True)

@@ -48,6 +48,7 @@ def saliency(
     overwrite: bool = False,
     regions: Any = None,
     shard: tuple[int, int] | None = None,
+    args: Any = None,
 ) -> np.ndarray | str:
     """Gradients of model outputs with respect to the input.
 
@@ -74,6 +75,7 @@ def saliency(
     [[overwrite]]
     [[regions]]
     [[shard]]
+    [[args]]
 
     Returns
     -------
@@ -121,6 +123,7 @@ def integrated_gradients(
     overwrite: bool = False,
     regions: Any = None,
     shard: tuple[int, int] | None = None,
+    args: Any = None,
     return_delta: bool = False,
     return_stderr: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, ...] | str:
@@ -163,6 +166,7 @@ def integrated_gradients(
     [[overwrite]]
     [[regions]]
     [[shard]]
+    [[args]]
     [[return_delta]]
     return_stderr : bool
         Also return the standard error of the attributions: 0 for a fixed baseline; an error
@@ -215,6 +219,7 @@ def expected_integrated_gradients(
     overwrite: bool = False,
     regions: Any = None,
     shard: tuple[int, int] | None = None,
+    args: Any = None,
     return_delta: bool = False,
     return_stderr: bool = False,
     tolerance: float | None = None,
@@ -263,6 +268,7 @@ def expected_integrated_gradients(
     [[overwrite]]
     [[regions]]
     [[shard]]
+    [[args]]
     [[return_delta]]
     [[return_stderr]]
     tolerance : float, optional

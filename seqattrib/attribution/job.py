@@ -24,6 +24,7 @@ from ..engine import ArraySink, Kernel, SequenceSource, run_rows
 from ..engine.blocks import host_block
 from ..engine.outputs import Head, OutputShapeError, model_session, vectorise_targets
 from ..shards import Shard, shard_rows
+from .extras import ExtraInputs
 from .options import RunOptions
 
 
@@ -40,6 +41,7 @@ class JobContext:
     device: Any  # the session's resolved device
     vectorised: bool  # K targets' gradients as one vectorised backward
     row_offset: int = 0  # the row of X where ``source`` starts (a shard's first row)
+    extras: ExtraInputs | None = None  # the model's other inputs, rows as in ``source``
 
 
 class Method(Protocol):
@@ -69,17 +71,26 @@ class Method(Protocol):
 
 
 def fed_model(
-    be: Backend, model: Any, source: SequenceSource, head: Head, func: str
+    be: Backend,
+    model: Any,
+    source: SequenceSource,
+    head: Head,
+    func: str,
+    extras: ExtraInputs | None = None,
 ) -> tuple[Any, int]:
     """The model as the job calls it, fed X in the layout (and dtype) it takes, and its number
     of outputs, from a forward pass of the first sequence in the layout of X, else transposed.
     """
     x = be.asarray(source.read(0, 1))
+    first: list[Any] = []
+    if extras is not None:
+        chunk = extras.chunk(be, 0, 1)
+        first = extras.for_rows(be, chunk, extras.fixed(be), be.asarray(np.zeros(1), "int64"))
     failures = []
     for transpose in (False, True):
         fed = be.adapt(model, transpose)
         try:
-            return fed, int(be.forward(fed, x, head).shape[1])
+            return fed, int(be.forward(fed, x, head, first).shape[1])
         except (OutputShapeError, OutOfDeviceMemory):
             raise
         except Exception as exc:  # noqa: BLE001 - the model's own error, reported below
@@ -121,11 +132,16 @@ _ENSEMBLES: dict[Any, Any] = {}
 
 
 def _fed(
-    be: Backend, members: list[Any], source: SequenceSource, head: Head, func: str
+    be: Backend,
+    members: list[Any],
+    source: SequenceSource,
+    head: Head,
+    func: str,
+    extras: ExtraInputs | None,
 ) -> tuple[Any, int]:
     """The model the job calls: the one model, or the ensemble of the members (each fed its
     own layout and dtype), and its number of outputs."""
-    fed = [fed_model(be, m, source, head, func) for m in members]
+    fed = [fed_model(be, m, source, head, func, extras) for m in members]
     counts = {n for _, n in fed}
     if len(counts) > 1:
         raise parameter_error(
@@ -171,15 +187,19 @@ def run_job(
     """
     func = method.func
     shard = None
+    extras = ExtraInputs.check(options.args, source.n_sequences, func)
+    extras_identity = None if extras is None else extras.describe()  # of the whole job
     if options.shard is not None:
         shard = shard_rows(*options.shard, source.n_sequences, func)
         source = source.rows(shard.start, shard.stop)
+        if extras is not None:
+            extras = extras.rows(np.arange(shard.start, shard.stop))
     members = _members(model, func)
     be = get_backend(members[0], options.backend)
     head = Head(options.output_fn)
     with ExitStack() as sessions:
         device = [sessions.enter_context(model_session(be, m, options.device)) for m in members][0]
-        fed, n_outputs = _fed(be, members, source, head, func)
+        fed, n_outputs = _fed(be, members, source, head, func, extras)
         if len(members) > 1:
             head = Head()  # the ensemble's output is already (batch, K)
         targets, squeeze = resolve_targets(options.target, n_outputs, func)
@@ -192,7 +212,17 @@ def run_job(
             done = 0
         else:
             sink, seed = _track_writer(
-                method, be, members, source, options, targets, squeeze, seed, block, shard
+                method,
+                be,
+                members,
+                source,
+                options,
+                targets,
+                squeeze,
+                seed,
+                block,
+                shard,
+                extras_identity,
             )
             done = sink.n_completed
         try:
@@ -207,6 +237,7 @@ def run_job(
                     device,
                     vectorise_targets(be),
                     0 if shard is None else shard.start,
+                    extras,
                 )
                 _run(method, context, sink, options, block)
         finally:
@@ -257,6 +288,7 @@ def _track_writer(
     seed: int,
     block: int,
     shard: Shard | None,
+    extras_identity: list[str] | None,
 ) -> tuple[Any, int]:
     """Open (or resume) the ``out`` tracks file: the writer and the seed the run must use."""
     from ..io.tracks import open_track_writer
@@ -272,6 +304,8 @@ def _track_writer(
         alphabet_axis=source.alphabet_axis,
     )
     regions = options.regions
+    if extras_identity is not None:
+        settings["args"] = extras_identity
     if shard is not None:
         settings["shard"] = shard.setting()
         if regions is not None:

@@ -39,6 +39,7 @@ class RunOptions:
     overwrite: bool = False
     regions: Any = None
     shard: tuple[int, int] | None = None
+    args: Any = None
 
     @classmethod
     def from_arguments(cls, func: str, arguments: Mapping[str, Any]) -> RunOptions:
@@ -62,6 +63,7 @@ class RunOptions:
         overwrite: Any,
         regions: Any,
         shard: Any,
+        args: Any = None,
     ) -> RunOptions:
         """Validate the shared keywords of ``func`` (the X-dependent ones, ``target`` and
         ``alphabet_axis``, are checked against X and the model by the job)."""
@@ -90,6 +92,7 @@ class RunOptions:
             overwrite=overwrite,
             regions=regions,
             shard=check_shard(shard, func),
+            args=args,
         )
 
 
@@ -106,6 +109,7 @@ _SHARED = (
     "overwrite",
     "regions",
     "shard",
+    "args",
 )
 
 #: Descriptions of the parameters several methods share, written into their docstrings by
@@ -160,6 +164,12 @@ overwrite : bool
     "regions": """\
 regions : optional
     Genome coordinates of the rows of X (``chrom``, ``start``, ``end``), stored in ``out``.""",
+    "args": """\
+args : array or tuple of arrays, optional
+    The model's other inputs, passed after X on every call (a Keras model gets
+    ``[X, *args]``): an array with one entry per sequence on its first axis goes with its
+    sequence (a control track); any other array goes to every sequence. Attributions are
+    taken with respect to X.""",
     "shard": """\
 shard : (index, count), optional
     Run only the index-th of count contiguous blocks of X (for jobs split over processes);

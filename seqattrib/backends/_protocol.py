@@ -110,16 +110,24 @@ class Backend(Protocol):
     def segment_sum(self, values: Tensor, segment_ids: Tensor, n_segments: int) -> Tensor:
         """Sum rows of ``values`` that share a segment id: (R, ...) -> (n_segments, ...)."""
 
-    def forward(self, model: Any, x: Tensor, head: Head) -> Tensor:
-        """``head(model(x))`` as float32 (B, K), no gradients."""
+    def forward(self, model: Any, x: Tensor, head: Head, extras: Sequence[Tensor] = ()) -> Tensor:
+        """``head(model(x, *extras))`` as float32 (B, K), no gradients; ``extras`` are the
+        model's other inputs for the same rows (a Keras model gets ``[x, *extras]``)."""
 
     def outputs(self, raw: Any, head: Head) -> Tensor:
         """``head(raw)`` as float32 (B, K), for a raw output computed elsewhere."""
 
     def input_gradients(
-        self, model: Any, x: Tensor, targets: Sequence[int], head: Head, vectorised: bool
+        self,
+        model: Any,
+        x: Tensor,
+        targets: Sequence[int],
+        head: Head,
+        vectorised: bool,
+        extras: Sequence[Tensor] = (),
     ) -> tuple[Tensor, Tensor]:
-        """One forward pass and the gradients of K selected outputs of ``head(model(x))``.
+        """One forward pass and the gradients with respect to ``x`` of K selected outputs of
+        ``head(model(x, *extras))``.
 
         ``vectorised``: the K vector-Jacobian products as one batched backward (else one after
         another on the same graph). Returns the selected outputs (B, K) and their gradients

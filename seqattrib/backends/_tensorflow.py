@@ -15,6 +15,7 @@ from ._protocol import Head, OutOfDeviceMemory, TransferStats
 from ._tensorflow_params import (
     TensorFlowParameterGradients,
     call_model,
+    is_keras,
     state_variables,
 )
 from ._tensorflow_windows import TensorFlowWindowedForward
@@ -38,6 +39,15 @@ def _tf_device(device: Any) -> str | None:
     return f"/{kind}:{index or 0}"
 
 
+def _call(model: Any, x: tf.Tensor, extras: Sequence[tf.Tensor]) -> Any:
+    """A forward pass with the model's extra inputs (a Keras model takes them in one list)."""
+    if not extras:
+        return call_model(model, x)
+    if is_keras(model):
+        return model([x, *extras], training=False)
+    return model(x, *extras)
+
+
 class _Transposed(tf.Module):
     """A model fed X with axes 1 and 2 swapped (see ``TensorFlowBackend.adapt``)."""
 
@@ -45,8 +55,8 @@ class _Transposed(tf.Module):
         super().__init__(name="input_layout_adapter")
         self.model = model
 
-    def __call__(self, x: tf.Tensor) -> Any:
-        return call_model(self.model, tf.transpose(x, (0, 2, 1)))
+    def __call__(self, x: tf.Tensor, *extras: tf.Tensor) -> Any:
+        return _call(self.model, tf.transpose(x, (0, 2, 1)), extras)
 
 
 class _Ensemble(tf.Module):
@@ -56,8 +66,8 @@ class _Ensemble(tf.Module):
         super().__init__(name="ensemble")
         self.members, self.head = list(models), head
 
-    def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        outputs = [tf.cast(self.head(call_model(m, x)), tf.float32) for m in self.members]
+    def __call__(self, x: tf.Tensor, *extras: tf.Tensor) -> tf.Tensor:
+        outputs = [tf.cast(self.head(_call(m, x, extras)), tf.float32) for m in self.members]
         return tf.reduce_mean(tf.stack(outputs), axis=0)
 
 
@@ -163,17 +173,19 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
             per_model = {}
         return per_model.setdefault(key, {})
 
-    def forward(self, model: Any, x: tf.Tensor, head: Head) -> tf.Tensor:
+    def forward(
+        self, model: Any, x: tf.Tensor, head: Head, extras: Sequence[tf.Tensor] = ()
+    ) -> tf.Tensor:
         fns = self._functions(model, head)
         if "forward" not in fns:
 
             @tf.function(reduce_retracing=True)
-            def forward_fn(inputs: tf.Tensor) -> tf.Tensor:
-                return tf.cast(head(call_model(model, inputs)), tf.float32)
+            def forward_fn(inputs: tf.Tensor, *more: tf.Tensor) -> tf.Tensor:
+                return tf.cast(head(_call(model, inputs, more)), tf.float32)
 
             fns["forward"] = forward_fn
         try:
-            return fns["forward"](x)
+            return fns["forward"](x, *extras)
         except tf.errors.ResourceExhaustedError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
 
@@ -181,7 +193,13 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
         return tf.cast(head(raw), tf.float32)
 
     def input_gradients(
-        self, model: Any, x: tf.Tensor, targets: Sequence[int], head: Head, vectorised: bool
+        self,
+        model: Any,
+        x: tf.Tensor,
+        targets: Sequence[int],
+        head: Head,
+        vectorised: bool,
+        extras: Sequence[tf.Tensor] = (),
     ) -> tuple[tf.Tensor, tf.Tensor]:
         fns = self._functions(model, head)
         k = len(targets)
@@ -191,7 +209,7 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
             fns[key] = self._gradient_function(model, head, k=k, pfor=not loop)
         index = tf.constant(list(targets), dtype=tf.int32)
         try:
-            return fns[key](x, index)
+            return fns[key](x, index, *extras)
         except tf.errors.ResourceExhaustedError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
         except (ValueError, tf.errors.InvalidArgumentError, NotImplementedError):
@@ -199,18 +217,20 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
                 raise
             # A layer without a vectorisation (pfor) rule: loop over K on one tape.
             fns["no_pfor"] = True
-            return self.input_gradients(model, x, targets, head, vectorised)
+            return self.input_gradients(model, x, targets, head, vectorised, extras)
 
     def _gradient_function(
         self, model: Any, head: Head, *, k: int, pfor: bool
-    ) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    ) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
         single = k == 1
 
         @tf.function(reduce_retracing=True)
-        def gradient_fn(inputs: tf.Tensor, index: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        def gradient_fn(
+            inputs: tf.Tensor, index: tf.Tensor, *more: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor]:
             with tf.GradientTape(persistent=not single and not pfor) as tape:
                 tape.watch(inputs)
-                out = tf.cast(head(call_model(model, inputs)), tf.float32)
+                out = tf.cast(head(_call(model, inputs, more)), tf.float32)
                 selected = tf.gather(out, index, axis=1)
                 # Rows are independent in eval mode, so the gradient of a sum over rows is
                 # every row's own gradient. Sums are taken on the tape.

@@ -56,12 +56,13 @@ class _Adapted(torch.nn.Module):
         super().__init__()
         self.model, self.transpose_input, self.input_dtype = model, transpose_input, dtype
 
-    def forward(self, x: torch.Tensor) -> Any:
+    def forward(self, x: torch.Tensor, *extras: torch.Tensor) -> Any:
         if self.transpose_input:
             x = x.transpose(1, 2)
         if self.input_dtype is not None:
             x = x.to(self.input_dtype)
-        return self.model(x)
+            extras = tuple(e.to(self.input_dtype) if e.is_floating_point() else e for e in extras)
+        return self.model(x, *extras)
 
 
 class _Ensemble(torch.nn.Module):
@@ -72,8 +73,8 @@ class _Ensemble(torch.nn.Module):
         self.members = torch.nn.ModuleList(models)
         self.head = head
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        outputs = [self.head(member(x)).float() for member in self.members]
+    def forward(self, x: torch.Tensor, *extras: torch.Tensor) -> torch.Tensor:
+        outputs = [self.head(member(x, *extras)).float() for member in self.members]
         return torch.stack(outputs).mean(dim=0)
 
 
@@ -238,10 +239,12 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
             torch.cuda.synchronize(self.device)
 
     # ----------------------------------------------------------------- model calls
-    def forward(self, model: Any, x: torch.Tensor, head: Head) -> torch.Tensor:
+    def forward(
+        self, model: Any, x: torch.Tensor, head: Head, extras: Sequence[torch.Tensor] = ()
+    ) -> torch.Tensor:
         try:
             with torch.inference_mode():
-                return head(model(x)).float()
+                return head(model(x, *extras)).float()
         except torch.OutOfMemoryError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
 
@@ -249,12 +252,18 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients):
         return head(raw).float()
 
     def input_gradients(
-        self, model: Any, x: torch.Tensor, targets: Sequence[int], head: Head, vectorised: bool
+        self,
+        model: Any,
+        x: torch.Tensor,
+        targets: Sequence[int],
+        head: Head,
+        vectorised: bool,
+        extras: Sequence[torch.Tensor] = (),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         try:
             x = x.detach().requires_grad_(True)
             with torch.enable_grad():
-                selected = head(model(x))[:, list(targets)]
+                selected = head(model(x, *extras))[:, list(targets)]
                 if len(targets) == 1:
                     (grad,) = torch.autograd.grad(selected.sum(), x)
                     grads = grad.unsqueeze(1)

@@ -67,7 +67,30 @@ def common_run(args: argparse.Namespace, framework: str, regions: Any) -> dict[s
         verbose=not args.quiet,
         regions=regions,
         shard=shard,
+        args=_extra_inputs(args.args),
     )
+
+
+def _extra_inputs(paths: list[str] | None) -> tuple[Any, ...] | None:
+    """The arrays of ``--args``: .npy files in order, or the members of one .npz."""
+    import numpy as np
+
+    if not paths:
+        return None
+    arrays: list[Any] = []
+    for path in paths:
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise parameter_error(
+                "seqattrib", "--args", ".npy or .npz files of arrays", path
+            ) from exc
+        if isinstance(loaded, np.ndarray):
+            arrays.append(loaded)
+            continue
+        with loaded:
+            arrays += [loaded[name] for name in loaded.files]
+    return tuple(arrays)
 
 
 # --------------------------------------------------------------------------- commands

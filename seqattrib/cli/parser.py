@@ -151,6 +151,14 @@ def add_run(p: argparse.ArgumentParser) -> None:
         help="the HDF5 tracks file to write; a rerun with the same settings resumes it",
     )
     p.add_argument("--overwrite", action="store_true", help="replace --out instead of resuming it")
+    p.add_argument(
+        "--args",
+        nargs="+",
+        metavar="FILE",
+        help="the model's other inputs, passed after the sequences: .npy files, or one .npz "
+        "(members in order); an array with one entry per sequence goes with its sequence "
+        "(default: none)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--shard",

@@ -177,7 +177,7 @@ def _warn_dropped(
         shown = ", ".join(repr(c) for c in chroms[:_EXAMPLES_SHOWN])
         more = ", ..." if len(chroms) > _EXAMPLES_SHOWN else ""
         names = list(sizes)
-        known = ", ".join(names[:_EXAMPLES_SHOWN * 2]) + (", ..." if len(names) > 6 else "")
+        known = ", ".join(names[: _EXAMPLES_SHOWN * 2]) + (", ..." if len(names) > 6 else "")
         parts.append(
             f"{int(missing.sum())} on chromosomes missing from the genome ({shown}{more}; the "
             f"genome has {known})"

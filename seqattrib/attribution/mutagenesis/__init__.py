@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from ..._errors import parameter_error
+from ..._errors import SeqAttribWarning, parameter_error
 from ...backends import WindowedBackend, capability
 from ...engine import SequenceSource, as_source
 from ..job import JobContext, drop_target_axis, run_job
@@ -47,7 +48,16 @@ class IsmMethod:
         # "auto" stays on the exact path on accelerators: there the many small windowed
         # operations are launch-bound (an H200 ran the windowed BPNet- and Basset-like scans
         # 2-3x slower than the exact ones at batch_size=128)
-        if fast is True or (fast == "auto" and not be.on_accelerator()):
+        if context.extras is not None:
+            if fast is True:
+                warnings.warn(
+                    "fast ISM does not take the model's other inputs (args=); using the exact "
+                    "path (every mutant through the whole model). Pass fast=False to silence "
+                    "this.",
+                    SeqAttribWarning,
+                    stacklevel=4,
+                )
+        elif fast is True or (fast == "auto" and not be.on_accelerator()):
             windowed: WindowedBackend = capability(be, WindowedBackend, self.func)
             plan = checked_plan(
                 windowed,
@@ -70,6 +80,7 @@ class IsmMethod:
             score=self.score,
             func=self.func,
             fast=forward,
+            extras=context.extras,
         )
 
 
@@ -93,6 +104,7 @@ def ism(
     overwrite: bool = False,
     regions: Any = None,
     shard: tuple[int, int] | None = None,
+    args: Any = None,
 ) -> Any:
     """Saturation mutagenesis: the effect of every single-base substitution.
 
@@ -138,6 +150,7 @@ def ism(
     [[overwrite]]
     [[regions]]
     [[shard]]
+    [[args]]
 
     Returns
     -------

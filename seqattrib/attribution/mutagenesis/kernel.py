@@ -18,6 +18,7 @@ from ..._errors import parameter_error
 from ...backends import Backend
 from ...engine import SequenceSource
 from ...engine.outputs import Head
+from ..extras import ExtraInputs
 from ..gradient_kernel import check_finite
 from .fast import FastForward
 
@@ -50,9 +51,12 @@ class IsmKernel:
         score: str,
         func: str,
         fast: FastForward | None = None,
+        extras: ExtraInputs | None = None,
     ) -> None:
         self.backend, self.model, self.head = backend, model, head
         self.fast = fast
+        self.extras = extras
+        self._fixed = [] if extras is None else extras.fixed(backend)
         self.source, self.window, self.score, self.func = source, window, score, func
         self.rows_per_sequence = rows_per_sequence
         self.length = source.length
@@ -63,6 +67,12 @@ class IsmKernel:
         self._mask_shape = (-1, self.length, 1) if nlc else (-1, 1, self.length)
         self._base_shape = (-1, 1, 4) if nlc else (-1, 4, 1)
 
+    def _rows(self, payload: dict[str, Tensor], local: Tensor) -> list[Tensor]:
+        """The model's other inputs for rows of the payload's sequences ``local``."""
+        if self.extras is None:
+            return []
+        return self.extras.for_rows(self.backend, payload, self._fixed, local)
+
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
         be = self.backend
         start, end = self.window
@@ -72,14 +82,19 @@ class IsmKernel:
         columns[columns == self.width] = 0  # padding, never read
         x_device = be.asarray(x)
         kept: dict[str, Tensor] = {}
+        extras: dict[str, Tensor] = {}
         if self.fast is not None:
             *values, raw = self.fast.reference(x_device)
             kept = {f"kept{i}": v for i, v in enumerate(values)}
             reference = be.outputs(raw, self.head)
         else:
-            reference = be.forward(self.model, x_device, self.head)
+            if self.extras is not None:
+                extras = self.extras.chunk(be, first, len(x))
+            every = be.asarray(np.arange(len(x)), "int64")
+            reference = be.forward(self.model, x_device, self.head, self._rows(extras, every))
         return {
             **kept,
+            **extras,
             "x": x_device,
             "reference": be.take(reference, self._targets, axis=1),
             "position": be.asarray(start + columns // 4, "int64"),
@@ -108,7 +123,7 @@ class IsmKernel:
             at = be.reshape(be.one_hot(position, self.length), self._mask_shape)
             new = be.reshape(be.one_hot(base, 4), self._base_shape)
             mutants = x + at * (new - x)
-            outputs = be.forward(self.model, mutants, self.head)
+            outputs = be.forward(self.model, mutants, self.head, self._rows(payload, local_t))
             outputs = be.take(outputs, self._targets, axis=1)
         reference = be.take(payload["reference"], local_t)
         if self.score == "delta":
