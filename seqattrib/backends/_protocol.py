@@ -6,8 +6,9 @@ combine them with ``+ - *`` (which both frameworks overload) and with the primit
 - ``Backend`` (core): arrays and devices, a model session, a precision session, forward passes
   and input gradients of K outputs from one forward pass.
 - ``WindowedForward``: what fast ISM needs to recompute windows of a model's local layers.
-- ``ParameterGradients``: what data attribution needs (parameters, checkpoints, per-example
-  gradients of a loss written above the backends, a few math ops for those losses).
+- ``ParameterGradients``: what data attribution needs (state assignment, checkpoint files,
+  per-example gradients of a function written above the backends, the last dense layer, a few
+  math ops those functions are written in).
 
 A method asks for a capability by type (``backends.capability(backend, WindowedForward, func)``);
 a backend declares one by implementing it (the capability classes are ``runtime_checkable``).
@@ -15,7 +16,7 @@ a backend declares one by implementing it (the capability classes are ``runtime_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -173,18 +174,27 @@ class WindowedBackend(Backend, WindowedForward, Protocol):
 
 @runtime_checkable
 class ParameterGradients(Protocol):
-    """Parameters, checkpoints and per-example gradients (data attribution)."""
+    """What data attribution needs of a framework: model state and checkpoint files, trainable
+    parameters, vectorised per-example gradients of a function it is given, the last dense
+    layer's inputs and outputs, and the math that losses are written in.
 
-    def set_state(self, model: Any, state: dict[str, np.ndarray]) -> None:
-        """Write a ``state`` snapshot back into the model, in place."""
+    The losses and model output functions themselves are written once above the backends
+    (``data_attribution.outputs``) as ``fn(z, t) -> (B,)`` over the math primitives below and the
+    core's ``one_hot``, ``mean`` and ``reshape``; a backend only differentiates the ``fn`` it is
+    given. Checks of checkpoint contents are written once too (``data_attribution.checkpoints``).
+    """
 
-    def load_checkpoint(self, model: Any, checkpoint: Any) -> float | None:
-        """Default checkpoint loader: torch ``load_state_dict(torch.load(path, weights_only=True))``
-        or a state dict; Keras ``load_weights(path)``, a weight list or a ``{path: array}`` dict.
+    # ----------------------------------------------------------------- state and checkpoints
+    def set_state(self, model: Any, state: Mapping[str, Any]) -> None:
+        """Assign every state entry of the model (the keys of ``Backend.state``) in place from
+        ``state``: host arrays or the framework's tensors of the entries' shapes, cast to the
+        entries' dtypes."""
 
-        Returns None (no learning rate). Raises ``CheckpointMismatch`` naming the first key that
-        does not fit the model.
-        """
+    def read_checkpoint(self, model: Any, path: str) -> Any:
+        """Read a checkpoint file in the framework's own format: torch
+        ``torch.load(path, weights_only=True)``, returned as it is (a state dict, checked and
+        assigned above); Keras ``model.load_weights(path)``, which loads into the model itself
+        and returns None. Raises ``CheckpointMismatch`` saying why the file does not fit."""
 
     def trainable_parameters(self, model: Any) -> list[tuple[str, tuple[int, ...]]]:
         """Names and shapes of the trainable parameters, in the order gradients are flattened.
@@ -192,40 +202,67 @@ class ParameterGradients(Protocol):
         Call outside ``session`` (the torch session switches ``requires_grad`` off).
         """
 
+    # ----------------------------------------------------------------- gradients
     def per_example_gradients(
         self,
         model: Any,
         x: Tensor,
         y: Tensor,
-        loss: str | Callable[..., Any],
+        fn: Callable[[Tensor, Tensor], Tensor],
         names: list[str],
         head: Head,
     ) -> Tensor:
-        """Vectorised per-example loss gradients, flattened: (B, P) float32.
+        """Vectorised per-example gradients of ``fn(head(model(x_i)), y_i)`` with respect to the
+        parameters ``names``, flattened: ``x`` (B, ...), ``y`` (B, ...) -> (B, P) float32.
 
-        ``loss`` is ``"cross_entropy"`` (``y`` int class labels), ``"bce"`` (logits against
-        labels in [0, 1], mean over outputs), ``"mse"`` (mean over outputs) or a framework-native
-        callable ``loss(outputs, y) -> (B,)``; or one of TRAK's model output functions:
-        ``"trak_margin"`` (``y`` int labels: log p_y / (1 - p_y) of the softmax, i.e.
-        ``z_y - logsumexp_{k != y} z_k``), ``"trak_binary"`` (one logit, ``y`` in {0, 1}:
-        ``(2y - 1) z``), ``"trak_regression"`` (one output: the prediction ``z``). ``names`` come
-        from ``trainable_parameters``; ``head`` maps the model's raw output to (B, K). Each
-        parameter is flattened in the Keras layout (a torch convolution's (out, in, *kernel)
-        weight as (*kernel, in, out), a linear layer's (out, in) as (in, out)), so the same
-        weights give the same vector, hence the same random projection, in both frameworks.
+        ``fn(z, t) -> (B,)`` is framework-native (a definition bound to this backend, or the
+        user's callable loss); it is called on one example at a time, ``z`` (1, K) float32 and
+        ``t`` (1, ...). ``names`` come from ``trainable_parameters``. Each parameter is flattened
+        in the Keras layout (a torch convolution's (out, in, *kernel) weight as
+        (*kernel, in, out), a linear layer's (out, in) as (in, out)), so the same weights give
+        the same vector, hence the same random projection, in both frameworks. Raises
+        ``OutOfDeviceMemory`` when the batch does not fit.
         """
 
-    def last_layer_features(
-        self, model: Any, x: Tensor, y: Tensor, loss: str | Callable[..., Any]
-    ) -> tuple[Tensor, Tensor, bool]:
-        """For a model whose output is its last dense layer's (pre-activation) output:
-        penultimate activations ``a`` (B, m), ``delta = d loss / d logits`` (B, K) per example,
-        and whether that layer has a bias. Raises ``UnsupportedLayer`` otherwise."""
+    def output_gradients(
+        self, fn: Callable[[Tensor, Tensor], Tensor], z: Tensor, y: Tensor
+    ) -> Tensor:
+        """Per-example gradients of ``fn(z_i, y_i)`` with respect to the outputs: ``z`` (B, K)
+        float32, ``y`` (B, ...) -> (B, K) (e.g. ``d loss / d logits``)."""
 
+    def last_layer(self, model: Any, x: Tensor) -> tuple[Tensor, Tensor, bool]:
+        """For a model whose output is its last dense layer's (pre-activation) output: that
+        layer's inputs ``a`` (B, m) float32, its outputs ``z`` (B, K) float32 (the model's
+        logits), and whether it has a bias. Raises ``UnsupportedLayer`` naming why a model does
+        not qualify."""
+
+    # ----------------------------------------------------------------- math
     def matmul(self, a: Tensor, b: Tensor, transpose_b: bool = False) -> Tensor:
-        """``a @ b`` (or ``a @ b.T``) on the device."""
+        """``a @ b`` (or ``a @ b.T``): (n, m) and (m, p) (or (p, m)) -> (n, p)."""
 
-    def sum(self, tensor: Tensor, axis: Sequence[int]) -> Tensor: ...
+    def sum(self, tensor: Tensor, axis: Sequence[int]) -> Tensor:
+        """Sum over ``axis`` (the axes dropped)."""
+
+    def where(self, condition: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
+        """``x`` where ``condition`` is nonzero (e.g. a one-hot row), else ``y``; the three
+        broadcast (``x`` or ``y`` may be a Python number)."""
+
+    def logsumexp(self, tensor: Tensor, axis: int) -> Tensor:
+        """``log sum exp`` over ``axis`` (dropped), stable for large entries and ``-inf``."""
+
+    def exp(self, tensor: Tensor) -> Tensor:
+        """Elementwise ``e^x``."""
+
+    def softplus(self, tensor: Tensor) -> Tensor:
+        """Elementwise ``log(1 + e^x)``."""
+
+    def softmax_cross_entropy(self, logits: Tensor, probabilities: Tensor) -> Tensor:
+        """``-sum_k p_k log softmax(z)_k`` per row: (B, K), (B, K) -> (B,); the framework's
+        fused kernel (its rounding, also of the gradient ``softmax(z) - p``)."""
+
+    def sigmoid_cross_entropy(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """Elementwise binary cross-entropy of logits against targets in [0, 1],
+        ``softplus(z) - z t``: (B, K), (B, K) -> (B, K); the framework's own kernel."""
 
 
 class CheckpointMismatch(ValueError):

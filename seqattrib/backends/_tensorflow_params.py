@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import warnings
@@ -10,7 +9,6 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from ._protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
@@ -27,75 +25,44 @@ def call_model(model: Any, x: tf.Tensor) -> Any:
 
 
 class TensorFlowParameterGradients:
-    """Parameters, checkpoints and per-example gradients of Keras models and ``tf.Module`` s."""
+    """Parameters, checkpoint files, per-example gradients and the math of losses, for Keras
+    models and ``tf.Module`` s."""
 
     _compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]]
 
-    def set_state(self, model: Any, state: dict[str, np.ndarray]) -> None:
+    # ----------------------------------------------------------------- state and checkpoints
+    def set_state(self, model: Any, state: Mapping[str, Any]) -> None:
         for key, v in state_variables(model):
             v.assign(state[key])
 
-    def load_checkpoint(self, model: Any, checkpoint: Any) -> float | None:
-        variables = state_variables(model)
-        if isinstance(checkpoint, (str, os.PathLike)):
-            if not is_keras(model):
-                raise CheckpointMismatch(
-                    "a path is read with keras load_weights, and the model is not a Keras model"
-                )
-            try:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message=".*[Ss]kipping.*")
-                    model.load_weights(os.fspath(checkpoint))
-            except (ValueError, OSError, KeyError) as exc:
-                raise CheckpointMismatch(_keras_load_error(exc)) from exc
-            return None
-        if isinstance(checkpoint, Mapping):
-            keys = [key for key, _ in variables]
-            values = []
-            for key in keys:
-                if key not in checkpoint:
-                    raise CheckpointMismatch(f"the weight {key!r} of the model is missing from it")
-                values.append(checkpoint[key])
-            for key in checkpoint:
-                if key not in keys:
-                    raise CheckpointMismatch(f"it has the key {key!r}, which the model lacks")
-        elif isinstance(checkpoint, (list, tuple)):
-            values = list(checkpoint)
-            if len(values) != len(variables):
-                first = variables[len(values)][0] if len(values) < len(variables) else None
-                raise CheckpointMismatch(
-                    f"it holds {len(values)} arrays but the model has {len(variables)} weights"
-                    + (f" (the first missing is {first!r})" if first else "")
-                )
-        else:
+    def read_checkpoint(self, model: Any, path: str) -> Any:
+        if not is_keras(model):
             raise CheckpointMismatch(
-                f"it is a {type(checkpoint).__name__}: expected a weights file path, a list of "
-                "arrays (model.get_weights()) or a {weight path: array} dict"
+                "a path is read with keras load_weights, and the model is not a Keras model"
             )
-        for (key, v), value in zip(variables, values, strict=True):
-            shape = tuple(np.shape(value))
-            if shape != tuple(v.shape):
-                raise CheckpointMismatch(
-                    f"{key!r} has shape {shape} in it but {tuple(v.shape)} in the model"
-                )
-        for (_, v), value in zip(variables, values, strict=True):
-            v.assign(np.asarray(value))
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*[Ss]kipping.*")
+                model.load_weights(path)
+        except (ValueError, OSError, KeyError) as exc:
+            raise CheckpointMismatch(_keras_load_error(exc)) from exc
         return None
 
     def trainable_parameters(self, model: Any) -> list[tuple[str, tuple[int, ...]]]:
         return [(key, tuple(v.shape)) for key, v in state_variables(model, trainable=True)]
 
+    # ----------------------------------------------------------------- gradients
     def per_example_gradients(
         self,
         model: Any,
         x: tf.Tensor,
         y: tf.Tensor,
-        loss: str | Callable[..., Any],
+        fn: Callable[[Any, Any], Any],
         names: list[str],
         head: Head,
     ) -> tf.Tensor:
-        fns = self._data_functions(model)
-        key = ("per_example_gradients", loss, tuple(names), head)
+        fns = self._functions_of(model)
+        key = ("per_example_gradients", fn, tuple(names), head)
         if key not in fns:
             lookup = dict(state_variables(model, trainable=True))
             variables = [lookup[n] for n in names]
@@ -106,7 +73,7 @@ class TensorFlowParameterGradients:
                     xi, yi = args
                     with tf.GradientTape() as tape:
                         out = tf.cast(head(call_model(model, xi[None])), tf.float32)
-                        value = tf.reduce_sum(_tf_loss_values(loss, out, yi[None]))
+                        value = tf.reduce_sum(fn(out, yi[None]))
                     grads = tape.gradient(
                         value, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
                     )
@@ -120,45 +87,72 @@ class TensorFlowParameterGradients:
         except tf.errors.ResourceExhaustedError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
 
-    def last_layer_features(
-        self, model: Any, x: tf.Tensor, y: tf.Tensor, loss: str | Callable[..., Any]
-    ) -> tuple[tf.Tensor, tf.Tensor, bool]:
-        fns = self._data_functions(model)
-        key = ("last_layer_features", loss)
-        if key not in fns:
-            features, use_bias = _keras_last_layer(model)
+    def output_gradients(
+        self, fn: Callable[[Any, Any], Any], z: tf.Tensor, y: tf.Tensor
+    ) -> tf.Tensor:
+        fns = self._functions_of(fn)
+        if "output_gradients" not in fns:
 
             @tf.function(reduce_retracing=True)
-            def features_fn(inputs: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                a, z = features(inputs, training=False)
-
+            def gradients_fn(outputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
                 def one(args: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
                     zi, yi = args
                     with tf.GradientTape() as tape:
                         tape.watch(zi)
-                        value = tf.reduce_sum(_tf_loss_values(loss, zi[None], yi[None]))
+                        value = tf.reduce_sum(fn(zi[None], yi[None]))
                     return tape.gradient(value, zi)
 
-                z = tf.cast(z, tf.float32)
-                return tf.cast(a, tf.float32), tf.vectorized_map(one, (z, labels))
+                return tf.vectorized_map(one, (outputs, labels))
 
-            fns[key] = (features_fn, use_bias)
-        fn, use_bias = fns[key]
-        a, delta = fn(x, y)
-        return a, delta, use_bias
+            fns["output_gradients"] = gradients_fn
+        return fns["output_gradients"](z, y)
 
-    def matmul(self, a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
-        return tf.linalg.matmul(a, b, transpose_b=transpose_b)
+    def last_layer(self, model: Any, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, bool]:
+        fns = self._functions_of(model)
+        if "last_layer" not in fns:
+            features, use_bias = _keras_last_layer(model)
 
-    def _data_functions(self, model: Any) -> dict[Any, Any]:
-        """Compiled data-attribution functions of ``model`` (kept while the model lives)."""
+            @tf.function(reduce_retracing=True)
+            def features_fn(inputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                a, z = features(inputs, training=False)
+                return tf.cast(a, tf.float32), tf.cast(z, tf.float32)
+
+            fns["last_layer"] = (features_fn, use_bias)
+        fn, use_bias = fns["last_layer"]
+        a, z = fn(x)
+        return a, z, use_bias
+
+    def _functions_of(self, owner: Any) -> dict[Any, Any]:
+        """Compiled functions of ``owner`` (a model or a function), kept while it lives."""
         try:
-            return self._compiled.setdefault(model, {})
+            return self._compiled.setdefault(owner, {})
         except TypeError:  # not weak-referenceable: compile per call
             return {}
 
+    # ----------------------------------------------------------------- math
+    def matmul(self, a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
+        return tf.linalg.matmul(a, b, transpose_b=transpose_b)
+
     def sum(self, tensor: tf.Tensor, axis: Sequence[int]) -> tf.Tensor:
         return tf.reduce_sum(tensor, axis=tuple(axis))
+
+    def where(self, condition: tf.Tensor, x: Any, y: Any) -> tf.Tensor:
+        return tf.where(tf.not_equal(condition, 0), x, y)
+
+    def logsumexp(self, tensor: tf.Tensor, axis: int) -> tf.Tensor:
+        return tf.reduce_logsumexp(tensor, axis=axis)
+
+    def exp(self, tensor: tf.Tensor) -> tf.Tensor:
+        return tf.exp(tensor)
+
+    def softplus(self, tensor: tf.Tensor) -> tf.Tensor:
+        return tf.math.softplus(tensor)
+
+    def softmax_cross_entropy(self, logits: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
+        return tf.nn.softmax_cross_entropy_with_logits(labels=probabilities, logits=logits)
+
+    def sigmoid_cross_entropy(self, logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
 
 
 def state_variables(model: Any, trainable: bool = False) -> list[tuple[str, Any]]:
@@ -217,29 +211,3 @@ def _keras_last_layer(model: Any) -> tuple[Any, bool]:
             "(batch, features)"
         )
     return keras.Model(model.inputs, [inputs, output]), bool(layer.use_bias)
-
-
-def _tf_loss_values(loss: str | Callable[..., Any], out: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    """Per-example losses (B,) of (B, K) outputs, or TRAK's model output functions; see
-    ``Backend.per_example_gradients``."""
-    if loss == "trak_margin":  # log p_y / (1 - p_y) = z_y - logsumexp_{k != y} z_k
-        mask = tf.one_hot(y, tf.shape(out)[1], on_value=True, off_value=False, dtype=tf.bool)
-        correct = tf.reduce_sum(tf.where(mask, out, tf.zeros_like(out)), axis=1)
-        others = tf.where(mask, tf.fill(tf.shape(out), tf.constant(-np.inf, out.dtype)), out)
-        return correct - tf.reduce_logsumexp(others, axis=1)
-    if loss == "trak_binary":  # (2y - 1) * logit
-        sign = 2 * tf.cast(tf.reshape(y, tf.shape(out)), out.dtype) - 1
-        return sign[:, 0] * out[:, 0]
-    if loss == "trak_regression":
-        return out[:, 0]
-    if loss == "cross_entropy":
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
-    if loss == "bce":
-        target = tf.cast(tf.reshape(y, tf.shape(out)), out.dtype)
-        return tf.reduce_mean(
-            tf.nn.sigmoid_cross_entropy_with_logits(labels=target, logits=out), axis=1
-        )
-    if loss == "mse":
-        return tf.reduce_mean(tf.square(out - tf.cast(tf.reshape(y, tf.shape(out)), out.dtype)), 1)
-    assert callable(loss)
-    return loss(out, y)

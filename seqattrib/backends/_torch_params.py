@@ -2,60 +2,41 @@
 
 from __future__ import annotations
 
-import os
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from ._protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
 
 
 class TorchParameterGradients:
-    """Parameters, checkpoints and per-example gradients of torch modules."""
+    """Parameters, checkpoint files, per-example gradients and the math of losses, for torch
+    modules."""
 
-    def set_state(self, model: Any, state: dict[str, np.ndarray]) -> None:
+    # ----------------------------------------------------------------- state and checkpoints
+    def set_state(self, model: Any, state: Mapping[str, Any]) -> None:
         with torch.no_grad():
             for key, value in model.state_dict(keep_vars=True).items():
-                value.copy_(torch.from_numpy(state[key]))
+                value.copy_(torch.as_tensor(state[key]))
 
-    def load_checkpoint(self, model: Any, checkpoint: Any) -> float | None:
-        if isinstance(checkpoint, (str, os.PathLike)):
-            try:
-                state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-            except (OSError, RuntimeError) as exc:  # pickle errors surface as RuntimeError
-                raise CheckpointMismatch(f"torch.load could not read it: {exc}") from exc
-        else:
-            state = checkpoint
-        if not isinstance(state, Mapping):
-            raise CheckpointMismatch(
-                f"it holds a {type(state).__name__}, not a state dict of the model"
-            )
-        own = model.state_dict()
-        for key, tensor in own.items():
-            if key not in state:
-                raise CheckpointMismatch(f"the key {key!r} of the model is missing from it")
-            shape = tuple(getattr(state[key], "shape", ()))
-            if shape != tuple(tensor.shape):
-                raise CheckpointMismatch(
-                    f"{key!r} has shape {shape} in it but {tuple(tensor.shape)} in the model"
-                )
-        for key in state:
-            if key not in own:
-                raise CheckpointMismatch(f"it has the key {key!r}, which the model lacks")
-        model.load_state_dict({key: torch.as_tensor(state[key]) for key in own}, strict=True)
-        return None
+    def read_checkpoint(self, model: Any, path: str) -> Any:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+            raise CheckpointMismatch(f"torch.load could not read it: {exc}") from exc
 
     def trainable_parameters(self, model: Any) -> list[tuple[str, tuple[int, ...]]]:
         return [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]
 
+    # ----------------------------------------------------------------- gradients
     def per_example_gradients(
         self,
         model: Any,
         x: torch.Tensor,
         y: torch.Tensor,
-        loss: str | Callable[..., Any],
+        fn: Callable[[Any, Any], Any],
         names: list[str],
         head: Head,
     ) -> torch.Tensor:
@@ -66,7 +47,7 @@ class TorchParameterGradients:
 
         def one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
             out = head(functional_call(model, p, (xi[None],))).float()
-            return _loss_values(loss, out, yi[None]).sum()
+            return fn(out, yi[None]).sum()
 
         try:
             with torch.enable_grad():
@@ -77,11 +58,18 @@ class TorchParameterGradients:
         rows = x.shape[0]
         return torch.cat([_flat(grads[n], axes.get(n), rows) for n in names], dim=1)
 
-    def last_layer_features(
-        self, model: Any, x: torch.Tensor, y: torch.Tensor, loss: str | Callable[..., Any]
-    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    def output_gradients(
+        self, fn: Callable[[Any, Any], Any], z: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         from torch.func import grad, vmap
 
+        def one(zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            return fn(zi[None], yi[None]).sum()
+
+        with torch.enable_grad():
+            return vmap(grad(one))(z, y)
+
+    def last_layer(self, model: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
         layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         if not layers:
             raise UnsupportedLayer("the model has no torch.nn.Linear layer")
@@ -106,19 +94,36 @@ class TorchParameterGradients:
                 f"its last torch.nn.Linear layer sees inputs of shape {tuple(seen['a'].shape)}, "
                 "not (batch, features)"
             )
+        return seen["a"].detach().float(), out.detach().float(), layer.bias is not None
 
-        def one(zi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-            return _loss_values(loss, zi[None], yi[None]).sum()
-
-        with torch.enable_grad():
-            delta = vmap(grad(one))(out.detach().float(), y)
-        return seen["a"].detach().float(), delta, layer.bias is not None
-
+    # ----------------------------------------------------------------- math
     def matmul(self, a: torch.Tensor, b: torch.Tensor, transpose_b: bool = False) -> torch.Tensor:
         return a @ (b.T if transpose_b else b)
 
     def sum(self, tensor: torch.Tensor, axis: Sequence[int]) -> torch.Tensor:
         return tensor.sum(dim=tuple(axis))
+
+    def where(self, condition: torch.Tensor, x: Any, y: Any) -> torch.Tensor:
+        return torch.where(condition != 0, x, y)
+
+    def logsumexp(self, tensor: torch.Tensor, axis: int) -> torch.Tensor:
+        return tensor.logsumexp(axis)
+
+    def exp(self, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.exp(tensor)
+
+    def softplus(self, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.softplus(tensor)
+
+    def softmax_cross_entropy(
+        self, logits: torch.Tensor, probabilities: torch.Tensor
+    ) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits, probabilities, reduction="none")
+
+    def sigmoid_cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, targets, reduction="none"
+        )
 
 
 _TRANSPOSED = (
@@ -149,28 +154,3 @@ def _flat(grads: torch.Tensor, axes: tuple[int, ...] | None, rows: int) -> torch
     if axes is not None:
         grads = grads.permute(0, *(1 + a for a in axes))
     return grads.reshape(rows, -1)
-
-
-def _loss_values(
-    loss: str | Callable[..., Any], out: torch.Tensor, y: torch.Tensor
-) -> torch.Tensor:
-    """Per-example losses (B,) of (B, K) outputs, or TRAK's model output functions; see
-    ``Backend.per_example_gradients``."""
-    functional = torch.nn.functional
-    if loss == "trak_margin":  # log p_y / (1 - p_y) = z_y - logsumexp_{k != y} z_k
-        mask = torch.arange(out.shape[1], device=out.device) == y[:, None]
-        correct = (out * mask).sum(1)
-        return correct - out.masked_fill(mask, float("-inf")).logsumexp(1)
-    if loss == "trak_binary":  # (2y - 1) * logit
-        return (2 * y.reshape(out.shape).to(out.dtype) - 1)[:, 0] * out[:, 0]
-    if loss == "trak_regression":
-        return out[:, 0]
-    if loss == "cross_entropy":
-        return functional.cross_entropy(out, y, reduction="none")
-    if loss == "bce":
-        target = y.reshape(out.shape).to(out.dtype)
-        return functional.binary_cross_entropy_with_logits(out, target, reduction="none").mean(1)
-    if loss == "mse":
-        return ((out - y.reshape(out.shape).to(out.dtype)) ** 2).mean(1)
-    assert callable(loss)
-    return loss(out, y)

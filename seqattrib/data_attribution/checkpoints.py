@@ -5,6 +5,10 @@ and overwritten by the next one; the model's own state is saved before the first
 written back after the last (``preserved_state``). Each loaded state is fingerprinted, which
 catches two checkpoints that load identical weights (the aliasing that gave dattri wrong
 gradients) and a checkpoint whose content changed between ``fit`` and ``scores``.
+
+The default loader (``load_state``) is written here once: it checks a state dict, weight list or
+``{path: array}`` dict against the model's own state entries and assigns it; only reading a
+framework's file format is left to the backend (``read_checkpoint``).
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
-from ..backends import Backend
-from ..backends._protocol import CheckpointMismatch
+from ..backends import CheckpointMismatch
 from ..engine.outputs import model_session
+from .gradients import ParameterBackend
 
 
 @contextmanager
-def preserved_state(backend: Backend, model: Any, device: Any) -> Iterator[Any]:
+def preserved_state(backend: ParameterBackend, model: Any, device: Any) -> Iterator[Any]:
     """A backend session (eval mode, device) that also writes the model's full state back.
 
     The state (parameters and buffers) is copied to the host before anything is loaded and
@@ -57,6 +61,58 @@ class Visit:
     index: int
     learning_rate: float
     fingerprint: str
+
+
+def load_state(backend: ParameterBackend, model: Any, checkpoint: Any) -> None:
+    """The default checkpoint loader: a file in the framework's format (read by the backend), a
+    ``{key: array}`` dict of the model's state entries (torch ``state_dict()``, Keras
+    ``{weight.path: array}``) or a list of arrays in their order (Keras ``get_weights()``).
+
+    Raises ``CheckpointMismatch`` naming the first entry that does not fit; nothing is assigned
+    then.
+    """
+    held = "it is"
+    if isinstance(checkpoint, (str, os.PathLike)):
+        checkpoint = backend.read_checkpoint(model, os.fspath(checkpoint))
+        if checkpoint is None:  # the format loads itself into the model (Keras load_weights)
+            return
+        held = "it holds"
+    backend.set_state(model, _matched(backend.state(model), checkpoint, held))
+
+
+def _matched(own: Mapping[str, np.ndarray], checkpoint: Any, held: str) -> dict[str, Any]:
+    """The checkpoint's value of every state entry of the model, in the model's order, after
+    checking keys, number and shapes."""
+    keys = list(own)
+    if isinstance(checkpoint, Mapping):
+        for key in keys:
+            if key not in checkpoint:
+                raise CheckpointMismatch(f"the entry {key!r} of the model is missing from it")
+        for key in checkpoint:
+            if key not in own:
+                raise CheckpointMismatch(f"it has the key {key!r}, which the model lacks")
+        values = [checkpoint[key] for key in keys]
+    elif isinstance(checkpoint, (list, tuple)):
+        values = list(checkpoint)
+        if len(values) != len(keys):
+            first = keys[len(values)] if len(values) < len(keys) else None
+            raise CheckpointMismatch(
+                f"it holds {len(values)} arrays but the model has {len(keys)} weights"
+                + (f" (the first missing is {first!r})" if first else "")
+            )
+    else:
+        raise CheckpointMismatch(
+            f"{held} a {type(checkpoint).__name__}: expected a {{key: array}} dict of the "
+            "model's state (a state dict), a list of arrays in its order (get_weights()) or a "
+            "weights file path"
+        )
+    for key, value in zip(keys, values, strict=True):
+        shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+        if shape != own[key].shape:
+            raise CheckpointMismatch(
+                f"{key!r} has shape {shape} in it but {own[key].shape} in the model"
+            )
+    return dict(zip(keys, values, strict=True))
 
 
 def _describe(checkpoint: Any) -> str:
@@ -145,13 +201,15 @@ class Checkpoints:
             raise parameter_error(func, "learning_rates", expected, rates)
         return [float(v) for v in values]
 
-    def _load(self, backend: Backend, model: Any, index: int, checkpoint: Any, func: str) -> Any:
+    def _load(
+        self, backend: ParameterBackend, model: Any, index: int, checkpoint: Any, func: str
+    ) -> Any:
         if self.load_checkpoint is not None:
             return self.load_checkpoint(model, checkpoint)
         if callable(checkpoint) and not isinstance(checkpoint, Mapping):
             return checkpoint(model)
         try:
-            return backend.load_checkpoint(model, checkpoint)
+            return load_state(backend, model, checkpoint)
         except CheckpointMismatch as exc:
             raise parameter_error(
                 func,
@@ -188,7 +246,11 @@ class Checkpoints:
         return float(returned)
 
     def visit(
-        self, backend: Backend, model: Any, func: str, expected: Sequence[str] | None = None
+        self,
+        backend: ParameterBackend,
+        model: Any,
+        func: str,
+        expected: Sequence[str] | None = None,
     ) -> Iterator[Visit]:
         """Load each checkpoint into ``model`` in turn and yield what it is.
 

@@ -1,22 +1,33 @@
-"""Seeded random projections, drawn with NumPy so every backend projects with the same matrix.
+"""Seeded random projections, drawn with NumPy so every backend projects with the same matrix,
+and the one projector of TracIn and TRAK that applies them on the device.
 
 A random projection ``R^n -> R^d`` with independent entries of mean 0 and variance ``1/d`` keeps
 inner products in expectation: ``E <P g1, P g2> = <g1, g2>`` (Johnson-Lindenstrauss). Two kinds:
 Gaussian entries ``N(0, 1/d)`` (the default) and Rademacher entries ``+-1/sqrt(d)`` (cheaper to
 draw: one random bit each). The matrix is drawn in blocks of rows, block ``j`` from the seed
 sequence ``(seed, j)``, so it depends only on ``(n, d, seed, kind)`` and never on how the caller
-chunks its work.
+chunks its work. ``Projector`` holds the matrix on the device when it fits in
+``PROJECTION_BYTES`` and otherwise applies it chunk by chunk of parameters, so device memory
+stays bounded whatever the number of parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .outputs import Tensor
+
+if TYPE_CHECKING:
+    from .gradients import ParameterBackend
 
 #: Rows of the projection matrix drawn per NumPy call (part of the matrix's definition).
 BLOCK_ROWS = 4096
 KINDS = ("gaussian", "rademacher")
+#: Device bytes of a projection matrix held whole; larger ones are applied in chunks of rows.
+PROJECTION_BYTES = 256 * 2**20
 
 
 class RandomProjection:
@@ -81,3 +92,40 @@ class RandomProjection:
         for start, stop, rows in self.blocks():
             out[start:stop] = rows
         return out
+
+
+class Projector:
+    """Projects batches of flattened gradients (device, (rows, n_features)) to host arrays
+    (rows, d).
+
+    ``projection=None``: no projection, the gradients themselves. Otherwise the matrix is
+    copied to the device once when it fits in ``PROJECTION_BYTES``; when it does not, every
+    batch is projected in chunks of parameters (columns of the gradients), each chunk's rows of
+    the matrix regenerated and copied within that budget.
+    """
+
+    def __init__(self, backend: ParameterBackend, projection: RandomProjection | None) -> None:
+        self.backend = backend
+        self.projection = projection
+        self.matrix: Tensor | None = None
+        self.chunk = 0
+        if projection is not None:
+            fit = PROJECTION_BYTES // (4 * projection.proj_dim) // BLOCK_ROWS * BLOCK_ROWS
+            self.chunk = max(fit, BLOCK_ROWS)
+            if self.chunk >= projection.n_features:
+                self.matrix = backend.asarray(projection.matrix())
+
+    def __call__(self, grads: Tensor) -> np.ndarray:
+        be = self.backend
+        if self.projection is None:
+            return be.to_numpy(grads)
+        if self.matrix is not None:
+            return be.to_numpy(be.matmul(grads, self.matrix))
+        total = None
+        n_features = self.projection.n_features
+        for start in range(0, n_features, self.chunk):
+            stop = min(start + self.chunk, n_features)
+            columns = be.take(grads, be.asarray(np.arange(start, stop), "int64"), axis=1)
+            part = be.matmul(columns, be.asarray(self.projection.rows(start, stop)))
+            total = part if total is None else total + part
+        return be.to_numpy(total)

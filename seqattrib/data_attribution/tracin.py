@@ -8,10 +8,12 @@ checkpoints ``c`` of a training run. Written once against the backend protocol:
   ``batch_size`` and each batch's gradients meet the test gradients in one matrix product.
   Device memory: ``(n_test + batch_size) x n_params`` floats.
 - ``proj_dim=d``: gradients are multiplied by one seeded Gaussian matrix (NumPy, shared by the
-  backends); ``fit`` keeps the projected training gradients, ``n_checkpoints x n_train x d``.
+  backends, applied by the ``Projector`` TRAK uses too); ``fit`` keeps the projected training
+  gradients, ``n_checkpoints x n_train x d``.
 - ``layer="last"``: the last dense layer's gradient is ``delta (x) a`` (``delta`` = d loss /
   d logits, ``a`` = its inputs), so ``<grad_W 1, grad_W 2> = <delta1, delta2> <a1, a2>``, plus
-  ``<delta1, delta2>`` for the bias: ``fit`` keeps ``a`` and ``delta`` per checkpoint.
+  ``<delta1, delta2>`` for the bias: ``fit`` keeps ``a`` and ``delta`` per checkpoint. The backend
+  gives ``a`` and the logits; ``delta`` is the gradient of the loss written once in ``outputs``.
 """
 
 from __future__ import annotations
@@ -24,29 +26,34 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._validation import check_batch_size, check_positive_int, resolve_seed
-from ..backends import Backend, get_backend
-from ..backends._protocol import UnsupportedLayer
+from ..backends import UnsupportedLayer
 from ..engine import SequenceSource
-from ..engine.outputs import Head
-from ._common import HOST_BLOCK as _HOST_BLOCK
-from ._common import GradientPlan as _Plan
-from ._common import Labels as _Labels
-from ._common import checked_source as _source
-from ._common import class_labels, gradient_plan, label_array, n_outputs, ranked
 from .checkpoints import Checkpoints, Visit, preserved_state
-from .projection import RandomProjection
-
-Tensor = Any
-_LOSSES = ("cross_entropy", "bce", "mse")
-#: batch_size="auto" for layer="last" (forward passes only; see ``_common`` for the others).
-_AUTO_LAST_LAYER_ROWS = 256
+from .examples import (
+    HOST_BLOCK,
+    Labels,
+    checked_source,
+    class_labels,
+    label_array,
+    n_outputs,
+    ranked,
+)
+from .gradients import (
+    GradientPlan,
+    device_batches,
+    gradient_batches,
+    gradient_plan,
+    parameter_backend,
+)
+from .outputs import LOSSES, Tensor, bound
+from .projection import Projector, RandomProjection
 
 
 @dataclass
 class _Fitted:
-    plan: _Plan
+    plan: GradientPlan
     source: SequenceSource
-    labels: _Labels
+    labels: Labels
     fingerprints: list[str]
     learning_rates: list[float]
     # layer="last": per checkpoint, (activations with a ones column for the bias, deltas)
@@ -70,11 +77,12 @@ class TracIn:
         The architecture; checkpoints are loaded into it one at a time. Its own weights, buffers,
         train/eval mode and device are restored after every call.
     checkpoints : list
-        Checkpoints of one training run, visited in turn. Defaults: torch, a ``state_dict`` file
-        (read with ``torch.load(path, weights_only=True)``) or an in-memory state dict; Keras, a
-        weights file (``model.load_weights``), a ``model.get_weights()`` list or a
-        ``{weight.path: array}`` dict. A callable ``ckpt(model)`` loads itself and may return its
-        learning rate. Two checkpoints that load identical weights are an error.
+        Checkpoints of one training run, visited in turn. Defaults: a file (torch, a
+        ``state_dict`` file read with ``torch.load(path, weights_only=True)``; Keras, a weights
+        file read with ``model.load_weights``), a dict of the model's full state (a torch
+        ``state_dict``, a Keras ``{weight.path: array}`` dict) or a list of arrays in that
+        state's order (``model.get_weights()``). A callable ``ckpt(model)`` loads itself and may
+        return its learning rate. Two checkpoints that load identical weights are an error.
     loss : {"cross_entropy", "bce", "mse"} or callable
         Per-example training loss on the model's raw outputs (logits). ``"cross_entropy"``:
         integer class labels; ``"bce"``: labels in [0, 1], one per output, mean over outputs;
@@ -90,13 +98,14 @@ class TracIn:
         output), through the outer-product identity: fast, O(m + K) per pair.
     proj_dim : int or None
         Project full gradients to this many dimensions with a seeded Gaussian matrix (scores are
-        then unbiased estimates). Needs ``n_params x proj_dim x 4`` bytes while it runs.
+        then unbiased estimates). The matrix (``n_params x proj_dim x 4`` bytes) is held on the
+        device when it fits in 256 MiB, else applied chunk by chunk of parameters.
     random_state : int, numpy.random.Generator or None
         Seed of the projection.
     batch_size : int or "auto"
         Examples per device batch of per-example gradients. ``"auto"``: as many as keep one
         batch of flattened gradients within 64 MiB, between 8 and 128 (256 for
-        ``layer="last"``, which only runs forward passes).
+        ``layer="last"``, which traces no parameters).
     device : str or None
         Where to compute (default: where the model is).
 
@@ -124,8 +133,8 @@ class TracIn:
         device: Any = None,
     ) -> None:
         func = "TracIn"
-        self._backend: Backend = get_backend(model)
-        if not (isinstance(loss, str) and loss in _LOSSES) and (
+        self._backend = parameter_backend(model, func)
+        if not (isinstance(loss, str) and loss in LOSSES) and (
             isinstance(loss, str) or not callable(loss)
         ):
             raise parameter_error(
@@ -148,6 +157,7 @@ class TracIn:
                 )
         self.model = model
         self.loss = loss
+        self._fn = bound(LOSSES[loss], self._backend) if isinstance(loss, str) else loss
         self.layer = layer
         self.proj_dim = None if proj_dim is None else int(proj_dim)
         self.batch_size = batch_size
@@ -178,7 +188,7 @@ class TracIn:
         self
         """
         func = "TracIn.fit"
-        source = _source(X_train, "X_train", func)
+        source = checked_source(X_train, "X_train", func)
         be, model = self._backend, self.model
         plan = self._plan(func)
         fingerprints: list[str] = []
@@ -188,7 +198,7 @@ class TracIn:
         norms = np.zeros(source.n_sequences, np.float64)
         with preserved_state(be, model, self.device):
             labels = self._labels(y_train, source, "y_train", func)
-            matrix = self._projection(plan)
+            project = self._projector(plan)
             for visit in self._checkpoints.visit(be, model, func):
                 fingerprints.append(visit.fingerprint)
                 rates.append(visit.learning_rate)
@@ -196,14 +206,13 @@ class TracIn:
                     a, delta = self._last_layer(source, labels, plan, func)
                     last.append((a, delta))
                     norms += visit.learning_rate * _row_dot(a, a) * _row_dot(delta, delta)
-                elif matrix is not None:
+                elif project is not None:
                     chunks = []
-                    for start, grads in self._gradients(source, labels, plan):
-                        stop = start + int(grads.shape[0])
-                        chunks.append(be.to_numpy(be.matmul(grads, matrix)))
+                    for start, stop, grads in self._gradients(source, labels, plan):
+                        chunks.append(project(grads))
                         norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
                     projected.append(np.concatenate(chunks))
-        computed = self.layer is not None or matrix is not None
+        computed = self.layer is not None or project is not None
         self._fitted = _Fitted(
             plan=plan,
             source=source,
@@ -237,7 +246,7 @@ class TracIn:
 
     def _scores(self, X_test: Any, y_test: Any, func: str) -> np.ndarray:
         fitted = self._require_fit(func)
-        source = _source(X_test, "X_test", func)
+        source = checked_source(X_test, "X_test", func)
         be, model = self._backend, self.model
         n_train = fitted.source.n_sequences
         out = np.zeros((source.n_sequences, n_train), np.float32)
@@ -247,27 +256,24 @@ class TracIn:
         norms = np.zeros(n_train, np.float64) if exact and fitted.self_influence is None else None
         with preserved_state(be, model, self.device):
             labels = self._labels(y_test, source, "y_test", func)
-            matrix = self._projection(plan)
+            project = self._projector(plan)
             for visit in self._visits(fitted, func):
                 lr = np.float32(visit.learning_rate)
                 if self.layer == "last":
                     a_test, delta_test = self._last_layer(source, labels, plan, func)
                     a_train, delta_train = fitted.last[visit.index]
-                    for start in range(0, n_train, _HOST_BLOCK):
-                        block = slice(start, start + _HOST_BLOCK)
+                    for start in range(0, n_train, HOST_BLOCK):
+                        block = slice(start, start + HOST_BLOCK)
                         out[:, block] += (
                             lr * (delta_test @ delta_train[block].T) * (a_test @ a_train[block].T)
                         )
-                elif matrix is not None:
+                elif project is not None:
                     test = np.concatenate(
-                        [
-                            be.to_numpy(be.matmul(grads, matrix))
-                            for _, grads in self._gradients(source, labels, plan)
-                        ]
+                        [project(grads) for _, _, grads in self._gradients(source, labels, plan)]
                     )
                     train = fitted.projected[visit.index]
-                    for start in range(0, n_train, _HOST_BLOCK):
-                        block = slice(start, start + _HOST_BLOCK)
+                    for start in range(0, n_train, HOST_BLOCK):
+                        block = slice(start, start + HOST_BLOCK)
                         out[:, block] += lr * (test @ train[block].T)
                 else:
                     self._exact(visit, source, labels, fitted, out, norms)
@@ -294,8 +300,7 @@ class TracIn:
             with preserved_state(be, model, self.device):
                 for visit in self._visits(fitted, func):
                     train = self._gradients(fitted.source, fitted.labels, fitted.plan)
-                    for start, grads in train:
-                        stop = start + int(grads.shape[0])
+                    for start, stop, grads in train:
                         norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
             fitted.self_influence = norms.astype(np.float32)
         return fitted.self_influence.copy()
@@ -332,60 +337,55 @@ class TracIn:
             raise RuntimeError(f"{func} needs the training set first: call fit(X_train, y_train).")
         return self._fitted
 
-    def _plan(self, func: str) -> _Plan:
+    def _plan(self, func: str) -> GradientPlan:
         """The trainable parameters and the batch size (no parameters with layer="last")."""
-        if self.layer == "last":
-            return _Plan([], 0, self._batch_size or _AUTO_LAST_LAYER_ROWS)
-        return gradient_plan(self._backend, self.model, self._batch_size, func, "TracIn")
+        return gradient_plan(
+            self._backend,
+            self.model,
+            self._batch_size,
+            func,
+            "TracIn",
+            traced=self.layer != "last",
+        )
 
-    def _projection(self, plan: _Plan) -> Tensor | None:
-        """The projection matrix on the device, (n_params, proj_dim), or None."""
+    def _projector(self, plan: GradientPlan) -> Projector | None:
+        """The projector of the gradients to proj_dim (one Gaussian matrix), or None."""
         if self.proj_dim is None:
             return None
-        projection = RandomProjection(plan.n_params, self.proj_dim, self._seed)
-        return self._backend.asarray(projection.matrix())
+        return Projector(self._backend, RandomProjection(plan.n_params, self.proj_dim, self._seed))
 
     def _visits(self, fitted: _Fitted, func: str) -> Iterator[Visit]:
         return self._checkpoints.visit(
             self._backend, self.model, func, expected=fitted.fingerprints
         )
 
-    def _labels(self, y: Any, source: SequenceSource, param: str, func: str) -> _Labels:
+    def _labels(self, y: Any, source: SequenceSource, param: str, func: str) -> Labels:
         outputs = n_outputs(self._backend, self.model, source)
         return _check_labels(y, source.n_sequences, self.loss, outputs, param, func)
 
-    def _batches(
-        self, source: SequenceSource, labels: _Labels, rows: int
-    ) -> Iterator[tuple[int, Tensor, Tensor]]:
-        be = self._backend
-        for start in range(0, source.n_sequences, rows):
-            stop = min(start + rows, source.n_sequences)
-            x = be.asarray(source.read(start, stop))
-            y = be.asarray(labels.values[start:stop], labels.dtype)
-            yield start, x, y
-
     def _gradients(
-        self, source: SequenceSource, labels: _Labels, plan: _Plan
-    ) -> Iterator[tuple[int, Tensor]]:
-        """Per-example gradients (batch, n_params) on the device, batch by batch."""
-        be = self._backend
-        for start, x, y in self._batches(source, labels, plan.rows):
-            yield start, be.per_example_gradients(self.model, x, y, self.loss, plan.names, Head())
+        self, source: SequenceSource, labels: Labels, plan: GradientPlan
+    ) -> Iterator[tuple[int, int, Tensor]]:
+        """``(start, stop, gradients)``: per-example loss gradients (rows, n_params) on the
+        device, batch by batch."""
+        batches = gradient_batches(self._backend, self.model, self._fn, source, labels, plan)
+        for start, stop, _, grads in batches:
+            yield start, stop, grads
 
     def _squared_norms(self, grads: Tensor) -> np.ndarray:
         be = self._backend
         return be.to_numpy(be.sum(grads * grads, axis=(1,))).astype(np.float64)
 
     def _last_layer(
-        self, source: SequenceSource, labels: _Labels, plan: _Plan, func: str
+        self, source: SequenceSource, labels: Labels, plan: GradientPlan, func: str
     ) -> tuple[np.ndarray, np.ndarray]:
         """Host arrays: inputs of the last dense layer (plus a ones column for its bias) and
         d loss / d logits, of every example."""
         be = self._backend
         activations, deltas = [], []
-        for _, x, y in self._batches(source, labels, plan.rows):
+        for _, _, x, y in device_batches(be, source, labels, plan.rows):
             try:
-                a, delta, bias = be.last_layer_features(self.model, x, y, self.loss)
+                a, logits, bias = be.last_layer(self.model, x)
             except UnsupportedLayer as exc:
                 raise parameter_error(
                     func,
@@ -396,6 +396,7 @@ class TracIn:
                     "Use layer=None (all parameters), with proj_dim=... if they are many.",
                     described=True,
                 ) from exc
+            delta = be.output_gradients(self._fn, logits, y)
             a = be.to_numpy(a)
             if bias:
                 a = np.concatenate([a, np.ones((a.shape[0], 1), a.dtype)], axis=1)
@@ -407,7 +408,7 @@ class TracIn:
         self,
         visit: Visit,
         source: SequenceSource,
-        labels: _Labels,
+        labels: Labels,
         fitted: _Fitted,
         out: np.ndarray,
         norms: np.ndarray | None,
@@ -419,10 +420,9 @@ class TracIn:
         """
         be = self._backend
         plan = fitted.plan
-        test = be.concat([grads for _, grads in self._gradients(source, labels, plan)])
+        test = be.concat([grads for _, _, grads in self._gradients(source, labels, plan)])
         lr = np.float32(visit.learning_rate)
-        for start, grads in self._gradients(fitted.source, fitted.labels, plan):
-            stop = start + int(grads.shape[0])
+        for start, stop, grads in self._gradients(fitted.source, fitted.labels, plan):
             out[:, start:stop] += lr * be.to_numpy(be.matmul(test, grads, transpose_b=True))
             if norms is not None:
                 norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
@@ -434,7 +434,7 @@ def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _check_labels(
     y: Any, n: int, loss: str | Callable[..., Any], n_outputs: int, param: str, func: str
-) -> _Labels:
+) -> Labels:
     """Labels for ``loss``: one per sequence, in range; returns host values and device dtype."""
     values = label_array(y, n, param, func)
     if loss == "cross_entropy":
@@ -469,7 +469,7 @@ def _check_labels(
                     f"the label {values.reshape(n, -1)[i].tolist()!r} for sequence {i}",
                     described=True,
                 )
-        return _Labels(values.astype(np.float32), "float32")
+        return Labels(values.astype(np.float32), "float32")
     if values.dtype.kind in "iu":
-        return _Labels(values.astype(np.int64), "int64")
-    return _Labels(values.astype(np.float32), "float32")
+        return Labels(values.astype(np.int64), "int64")
+    return Labels(values.astype(np.float32), "float32")

@@ -19,6 +19,8 @@ from tracin_models import (
 )
 
 import seqattrib as sa
+from seqattrib.data_attribution import projection
+from seqattrib.data_attribution.outputs import bound, cross_entropy
 from seqattrib.engine.outputs import Head
 
 
@@ -193,6 +195,18 @@ def test_projection_is_seeded_and_close_to_exact(weights, states, train_set, tes
     assert_close(projected.self_influence(), exact.self_influence(), FLOAT32)
 
 
+def test_chunked_projection_equals_the_whole_matrix(train_set, test_set, monkeypatch):
+    """TracIn shares TRAK's projector: a matrix over PROJECTION_BYTES goes chunk by chunk."""
+    wide = [models.convnet_weights(n_outputs=3, filters=40, seed=s) for s in (1, 2)]
+    model = models.torch_model("convnet", wide[0], "NLC")
+    big = [torch_state("convnet", w) for w in wide]
+    whole = sa.TracIn(model, big, proj_dim=16).fit(*train_set).scores(*test_set)
+    assert sum(p.numel() for p in model.parameters()) > projection.BLOCK_ROWS  # several chunks
+    monkeypatch.setattr(projection, "PROJECTION_BYTES", 1)  # one BLOCK_ROWS chunk at a time
+    chunked = sa.TracIn(model, big, proj_dim=16).fit(*train_set).scores(*test_set)
+    assert_close(chunked, whole, FLOAT32)
+
+
 def test_top_k_proponents_and_opponents(weights, states, train_set, test_set):
     tracin = sa.TracIn(make(weights), states).fit(*train_set)
     scores = tracin.scores(*test_set)
@@ -263,8 +277,9 @@ def test_per_example_gradients_primitive_matches_autograd(weights, states, train
     backend = sa.get_backend(model)
     names = [n for n, _ in backend.trainable_parameters(model)]
     X, y = train_set
+    targets = torch.from_numpy(np.eye(3, dtype=np.float32)[y])  # class labels as one-hot rows
     grads = backend.per_example_gradients(
-        model, torch.from_numpy(X), torch.from_numpy(y), "cross_entropy", names, Head()
+        model, torch.from_numpy(X), targets, bound(cross_entropy, backend), names, Head()
     )
     # Each parameter comes flattened in the Keras layout: the convolutions' (out, in, width)
     # and the dense layer's (out, in) weights with their axes reversed, biases as they are.

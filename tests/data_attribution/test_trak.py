@@ -15,6 +15,7 @@ from tracin_models import LENGTH, data, one_torch_thread, torch_state
 from trak_reference import closed_form_trak
 
 import seqattrib as sa
+from seqattrib.data_attribution import projection
 from seqattrib.data_attribution import trak as trak_module
 
 #: A tiny convnet: conv(4->4, 3), conv(4->4, 3, dilation 2), mean, dense(4->K): 119 parameters
@@ -154,13 +155,13 @@ def test_chunked_projection_equals_the_whole_matrix(weights, states, train_set, 
     big = [torch_state("convnet", w) for w in wide]
     whole = sa.TRAK(model, big, proj_dim=24).fit(*train_set).scores(*test_set)
     n_params = sum(p.numel() for p in model.parameters())
-    assert n_params > trak_module.BLOCK_ROWS  # several chunks of BLOCK_ROWS rows
-    original = trak_module.PROJECTION_BYTES
-    trak_module.PROJECTION_BYTES = 1  # one BLOCK_ROWS chunk at a time
+    assert n_params > projection.BLOCK_ROWS  # several chunks of BLOCK_ROWS rows
+    original = projection.PROJECTION_BYTES
+    projection.PROJECTION_BYTES = 1  # one BLOCK_ROWS chunk at a time
     try:
         chunked = sa.TRAK(model, big, proj_dim=24).fit(*train_set).scores(*test_set)
     finally:
-        trak_module.PROJECTION_BYTES = original
+        projection.PROJECTION_BYTES = original
     assert_close(chunked, whole, FLOAT32)
 
 

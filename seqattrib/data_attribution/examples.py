@@ -1,4 +1,5 @@
-"""Pieces shared by the data-attribution methods: checked inputs, labels and gradient batches."""
+"""The examples data attribution scores: checked sequences, labels and the targets they give the
+losses, and the ranking of training examples (``top_k``)."""
 
 from __future__ import annotations
 
@@ -13,50 +14,29 @@ from .._errors import parameter_error
 from ..backends import Backend
 from ..engine import SequenceSource, as_source
 from ..engine.outputs import Head
+from .outputs import Ops, Tensor
 
 #: Rows per host-side block of products and input checks.
 HOST_BLOCK = 8192
-#: batch_size="auto": one batch of flattened float32 gradients within this many bytes...
-AUTO_BYTES = 64 * 2**20
-#: ... and between these many rows (a 6.7k-parameter CNN on 200 bp, one CPU thread, ran fastest
-#: at 128 rows, about 1.1x slower at 64 and at 256; peak memory grows with the rows).
-AUTO_MIN_ROWS, AUTO_MAX_ROWS = 8, 128
-
-
-@dataclass
-class Labels:
-    values: np.ndarray
-    dtype: str  # backend dtype of the device copy
 
 
 @dataclass(frozen=True)
-class GradientPlan:
-    """What ``fit`` settles for every later call: the parameters traced and the batch size."""
+class Labels:
+    """Checked labels of the examples, one per sequence.
 
-    names: list[str]  # trainable parameters
-    n_params: int
-    rows: int  # examples per device batch
-
-
-def gradient_plan(
-    backend: Backend, model: Any, batch_size: int | None, func: str, method: str
-) -> GradientPlan:
-    """The trainable parameters (read outside the session: the torch session switches
-    ``requires_grad`` off) and the batch size (``None``, i.e. "auto", depends on their number).
+    ``values``: host array, ``dtype``: the dtype of their device copy; ``depth``: the number of
+    classes when they are class labels that a built-in loss or output function takes as
+    one-hot rows (``outputs``), else None.
     """
-    params = backend.trainable_parameters(model)
-    if not params:
-        raise parameter_error(
-            func,
-            "model",
-            "a model with trainable parameters",
-            "a model without any",
-            f"Unfreeze the parameters whose training {method} should trace.",
-            described=True,
-        )
-    n_params = sum(int(np.prod(shape)) for _, shape in params)
-    rows = batch_size or min(max(AUTO_BYTES // (4 * n_params), AUTO_MIN_ROWS), AUTO_MAX_ROWS)
-    return GradientPlan([name for name, _ in params], n_params, rows)
+
+    values: np.ndarray
+    dtype: str
+    depth: int | None = None
+
+    def targets(self, ops: Ops, values: Tensor) -> Tensor:
+        """What the losses receive for ``values`` (rows of ``self.values``, on a backend's
+        device or on the host with ``outputs.NUMPY``): one-hot rows, or the values."""
+        return values if self.depth is None else ops.one_hot(values, self.depth)
 
 
 def checked_source(X: Any, param: str, func: str) -> SequenceSource:
@@ -109,8 +89,8 @@ def label_array(y: Any, n: int, param: str, func: str) -> np.ndarray:
 
 
 def class_labels(values: np.ndarray, n_outputs: int, setting: str, param: str, func: str) -> Labels:
-    """Integer class labels of shape (n,), each in [0, n_outputs); ``setting`` names the option
-    that asks for them (e.g. "loss='cross_entropy'")."""
+    """Integer class labels of shape (n,), each in [0, n_outputs), taken as one-hot rows;
+    ``setting`` names the option that asks for them (e.g. "loss='cross_entropy'")."""
     if values.dtype.kind not in "iu" or values.ndim != 1:
         raise parameter_error(
             func,
@@ -129,7 +109,7 @@ def class_labels(values: np.ndarray, n_outputs: int, setting: str, param: str, f
             f"the label {values[i].item()!r} for sequence {i}",
             described=True,
         )
-    return Labels(values.astype(np.int64), "int64")
+    return Labels(values.astype(np.int64), "int64", n_outputs)
 
 
 def ranked(
