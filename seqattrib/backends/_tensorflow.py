@@ -179,7 +179,7 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
         fns = self._functions(model, head)
         if "forward" not in fns:
 
-            @tf.function(reduce_retracing=True)
+            @tf.function(reduce_retracing=True, autograph=False)
             def forward_fn(inputs: tf.Tensor, *more: tf.Tensor) -> tf.Tensor:
                 return tf.cast(head(_call(model, inputs, more)), tf.float32)
 
@@ -224,7 +224,7 @@ class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients)
     ) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
         single = k == 1
 
-        @tf.function(reduce_retracing=True)
+        @tf.function(reduce_retracing=True, autograph=False)
         def gradient_fn(
             inputs: tf.Tensor, index: tf.Tensor, *more: tf.Tensor
         ) -> tuple[tf.Tensor, tf.Tensor]:

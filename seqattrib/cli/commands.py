@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import parameter_error
 from ..loader import load_model, model_framework
@@ -13,7 +13,7 @@ from ..shards import launch, resolve_shard, shard_path
 
 
 # --------------------------------------------------------------------------- inputs
-def load_sequences(args: argparse.Namespace, layout: str) -> tuple[Any, Any]:
+def load_sequences(args: argparse.Namespace, layout: Literal["NLC", "NCL"]) -> tuple[Any, Any]:
     """(X, regions) from --fasta, or --genome with --regions and --length, in ``layout``."""
     from ..io import fasta_windows, genome_windows, read_regions
 
@@ -48,7 +48,7 @@ def load_sequences(args: argparse.Namespace, layout: str) -> tuple[Any, Any]:
 def model_and_sequences(args: argparse.Namespace) -> tuple[Any, str, Any, Any]:
     model = load_model(args.model, weights=args.weights)
     framework = model_framework(model)
-    layout = args.layout or ("NCL" if framework == "torch" else "NLC")
+    layout: Literal["NLC", "NCL"] = args.layout or ("NCL" if framework == "torch" else "NLC")
     X, regions = load_sequences(args, layout)
     return model, framework, X, regions
 
