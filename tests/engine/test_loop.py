@@ -26,9 +26,9 @@ def test_batches_span_sequences(torch_model, monkeypatch):
     calls = []
     original = type(backend).input_gradients
 
-    def spy(self, model, x, targets, head, vectorised):
+    def spy(self, model, x, targets, head, vectorised, extras=()):
         calls.append(int(x.shape[0]))
-        return original(self, model, x, targets, head, vectorised)
+        return original(self, model, x, targets, head, vectorised, extras)
 
     monkeypatch.setattr(type(backend), "input_gradients", spy)
     sa.integrated_gradients(torch_model, random_one_hot(3, LENGTH), n_steps=25, batch_size=7)
@@ -108,10 +108,10 @@ def test_out_of_memory_halves_the_batch(torch_model, monkeypatch):
     backend = sa.get_backend(torch_model)
     original = type(backend).input_gradients
 
-    def small_device(self, model, x, targets, head, vectorised):
+    def small_device(self, model, x, targets, head, vectorised, extras=()):
         if x.shape[0] > 8:
             raise OutOfDeviceMemory("pretend")
-        return original(self, model, x, targets, head, vectorised)
+        return original(self, model, x, targets, head, vectorised, extras)
 
     X = random_one_hot(4, LENGTH)
     reference = sa.integrated_gradients(torch_model, X, n_steps=10, batch_size=8)
