@@ -9,7 +9,6 @@ gradients) and a checkpoint whose content changed between ``fit`` and ``scores``
 
 from __future__ import annotations
 
-import hashlib
 import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +21,7 @@ import numpy as np
 from .._errors import parameter_error
 from ..backends import Backend
 from ..backends._protocol import CheckpointMismatch
+from ..io.fingerprint import fingerprint
 
 
 @contextmanager
@@ -37,16 +37,6 @@ def preserved_state(backend: Backend, model: Any, device: Any) -> Iterator[Any]:
             yield resolved
     finally:
         backend.set_state(model, state)
-
-
-def fingerprint(state: Mapping[str, np.ndarray]) -> str:
-    """A digest of a model state: names, dtypes, shapes and bytes of every entry."""
-    digest = hashlib.blake2b(digest_size=16)
-    for key in sorted(state):
-        value = np.ascontiguousarray(state[key])
-        digest.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
