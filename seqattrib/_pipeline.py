@@ -24,6 +24,7 @@ from .engine import ArraySink, Kernel, run
 KernelFactory = Callable[[Backend, list[int], int, SequenceSource], Kernel]
 
 _SHARD: ContextVar[dict[str, int] | None] = ContextVar("seqattrib_shard", default=None)
+_PROVENANCE: ContextVar[dict[str, str] | None] = ContextVar("seqattrib_provenance", default=None)
 
 
 @contextmanager
@@ -37,6 +38,17 @@ def shard_context(index: int, count: int, start: int, stop: int, total: int) -> 
         yield
     finally:
         _SHARD.reset(token)
+
+
+@contextmanager
+def provenance_context(**identity: str) -> Iterator[None]:
+    """Record in ``out=`` files written inside this block the identity of the job's inputs
+    beyond X (``genome=``, ``regions=`` digests): resume and ``seqattrib merge`` compare it."""
+    token = _PROVENANCE.set(identity)
+    try:
+        yield
+    finally:
+        _PROVENANCE.reset(token)
 
 
 def check_common(
@@ -105,6 +117,7 @@ def execute(
             sink: Any = ArraySink(source.n_sequences, row_shapes)
             done = 0
         else:
+            from .io.fingerprint import function_identity, model_fingerprint
             from .io.tracks import open_track_writer
 
             sink, seed = open_track_writer(
@@ -126,6 +139,9 @@ def execute(
                 seed=seed,
                 adopt_seed=_random_state_setting(random_state) is None,
                 description={"backend": be.name, "model": be.describe(model)},
+                model_fingerprint=model_fingerprint(model, be.get_state),
+                output_fn=function_identity(output_fn),
+                provenance=_PROVENANCE.get(),
                 regions=regions,
                 overwrite=overwrite,
                 block_sequences=max_cpu_sequences,
