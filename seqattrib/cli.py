@@ -280,6 +280,22 @@ def _sharded(args: argparse.Namespace, X: Any, regions: Any) -> Iterator[tuple[A
         yield X, (regions.take(np.arange(start, stop)) if regions is not None else None)
 
 
+@contextmanager
+def _provenance(args: argparse.Namespace, regions: Any) -> Iterator[None]:
+    """Record in the output file which FASTA or genome (a digest of its bytes) and which
+    regions (of the whole job, before sharding) it was made from."""
+    from ._pipeline import provenance_context
+    from .io.fingerprint import file_fingerprint, regions_fingerprint
+
+    identity = {"fasta": file_fingerprint(args.fasta)} if args.fasta else {}
+    if args.genome:
+        identity["genome"] = file_fingerprint(args.genome)
+    if regions is not None:
+        identity["regions"] = regions_fingerprint(regions.chrom, regions.start, regions.end)
+    with provenance_context(**identity):
+        yield
+
+
 # --------------------------------------------------------------------------- commands
 def _common_run(args: argparse.Namespace, framework: str) -> dict[str, Any]:
     return dict(
@@ -297,7 +313,7 @@ def _common_run(args: argparse.Namespace, framework: str) -> dict[str, Any]:
 def cmd_explain(args: argparse.Namespace) -> str:
     model, framework = load_model(args.model, args.weights)
     X, regions = load_sequences(args, _layout(args, framework))
-    with _sharded(args, X, regions) as (X, regions):
+    with _provenance(args, regions), _sharded(args, X, regions) as (X, regions):
         return _explain(args, model, framework, X, regions)
 
 
@@ -335,7 +351,7 @@ def cmd_ism(args: argparse.Namespace) -> str:
                 "seqattrib ism", "--positions", "start:end", args.positions
             ) from exc
         positions = (start, end)
-    with _sharded(args, X, regions) as (X, regions):
+    with _provenance(args, regions), _sharded(args, X, regions) as (X, regions):
         path = ism(
             model,
             X,
