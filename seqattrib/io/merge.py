@@ -127,8 +127,10 @@ def _same_job(first: dict[str, Any], info: dict[str, Any]) -> None:
 def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool = False) -> Path:
     """Concatenate the shard files of one job into one tracks file.
 
-    Refuses shards that are incomplete, that were written with other settings or seeds, that
-    come from jobs of other sizes or shard counts, or that do not cover every row exactly once.
+    Refuses shards that are incomplete, that were made with another model, output function,
+    genome or regions file (their fingerprints), other settings or seeds, that come from jobs
+    of other sizes or shard counts, or that do not cover every row exactly once. The output is
+    written beside itself (``out.partial``) and renamed when complete, under a write lock.
 
     Parameters
     ----------
