@@ -250,6 +250,10 @@ class TrackWriter:
                     ) from exc
         finally:
             self._release()
+        if self._stop_signal is not None and self.n_completed < self.source.n_sequences:
+            # Whatever the signal interrupted may have turned InterruptedError into another
+            # error (C code replaces the errors it sees): the stop is what the user must read.
+            raise self._stopped()
 
 
 def _write_error(func: str, path: str, action: str, exc: BaseException, kept: int) -> OSError:
