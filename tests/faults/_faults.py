@@ -87,3 +87,35 @@ def worker_env() -> dict[str, str]:
     for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "RANK", "WORLD_SIZE"):
         env.pop(key, None)
     return env
+
+
+class Stopped(Exception):
+    """Raised by :func:`write_partially` to stop a run."""
+
+
+def write_partially(
+    method: Callable[..., object],
+    model: object,
+    X: object,
+    path: Path,
+    blocks: int,
+    **kwargs: object,
+) -> None:
+    """The file a run of ``method`` leaves when it is stopped after ``blocks`` writes."""
+    from seqattrib.io import tracks
+
+    calls: list[int] = []
+    write = tracks.TrackWriter.write
+
+    def stop_after(self: tracks.TrackWriter, start: int, block: dict) -> None:
+        if len(calls) == blocks:
+            raise Stopped
+        calls.append(start)
+        write(self, start, block)
+
+    tracks.TrackWriter.write = stop_after  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Stopped):
+            method(model, X, out=path, **kwargs)
+    finally:
+        tracks.TrackWriter.write = write  # type: ignore[method-assign]

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from _faults import leftovers
+from _faults import leftovers, write_partially
 from conftest import LENGTH
 from models import convnet_weights, random_one_hot, torch_model
 
@@ -16,7 +16,6 @@ import seqattrib as sa
 from seqattrib import demo
 from seqattrib.cli import main
 from seqattrib.io import read_tracks
-from seqattrib.io import tracks as tracks_module
 from seqattrib.io.merge import merge_tracks
 
 N = 30
@@ -37,21 +36,7 @@ def X():
 
 def _partial(model, X, path, blocks, **kwargs):
     """A file left by a run stopped after ``blocks`` blocks of 3 sequences."""
-    calls = []
-    write = tracks_module.TrackWriter.write
-
-    def stop_after(self, start, block):
-        if len(calls) == blocks:
-            raise KeyboardInterrupt
-        calls.append(start)
-        write(self, start, block)
-
-    tracks_module.TrackWriter.write = stop_after
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            sa.saliency(model, X, out=path, max_cpu_sequences=3, **kwargs)
-    finally:
-        tracks_module.TrackWriter.write = write
+    write_partially(sa.saliency, model, X, path, blocks, max_cpu_sequences=3, **kwargs)
     assert read_tracks(path).attrs["n_completed"] == 3 * blocks
 
 

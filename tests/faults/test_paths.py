@@ -6,7 +6,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-from _faults import tmpfs_mounts
+from _faults import tmpfs_mounts, write_partially
 from models import convnet_weights, random_one_hot, torch_model
 
 import seqattrib as sa
@@ -70,27 +70,7 @@ def test_a_finished_file_on_a_read_only_mount_is_reused(tmpfs, model, X):
     fs = tmpfs("4m")
     path = sa.saliency(model, X, out=fs.path / "t.h5")
     unfinished = fs.path / "u.h5"
-    calls = []
-
-    class Stop(Exception):
-        pass
-
-    from seqattrib.io import tracks as module
-
-    write = module.TrackWriter.write
-
-    def stop_after_one(self, start, block):
-        if calls:
-            raise Stop
-        calls.append(start)
-        write(self, start, block)
-
-    module.TrackWriter.write = stop_after_one
-    try:
-        with pytest.raises(Stop):
-            sa.saliency(model, X, out=unfinished, max_cpu_sequences=2)
-    finally:
-        module.TrackWriter.write = write
+    write_partially(sa.saliency, model, X, unfinished, 1, max_cpu_sequences=2)
     fs.remount("ro")
     assert sa.saliency(model, X, out=path) == path
     np.testing.assert_array_equal(read_tracks(path).attributions, sa.saliency(model, X))
