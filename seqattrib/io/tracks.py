@@ -348,7 +348,9 @@ def open_track_writer(
         )
     held = _lock.acquire(path, func)
     if held is None:
-        return _reuse_read_only(h5py, path, func, source, squeeze, identity, seed, adopt_seed)
+        return _reuse_read_only(
+            h5py, path, func, source, squeeze, identity, seed, adopt_seed, overwrite
+        )
     try:
         if os.path.exists(path + ".creating"):  # left by a run killed while creating the file
             os.remove(path + ".creating")
@@ -506,10 +508,11 @@ def _reuse_read_only(
     identity: _Identity,
     seed: int,
     adopt_seed: bool,
+    overwrite: bool,
 ) -> tuple[TrackWriter, int]:
     """In a folder this process cannot write: a finished file of the same job is reused."""
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(path):
+    if not os.path.exists(path) or overwrite:
         raise parameter_error(
             func,
             "out",

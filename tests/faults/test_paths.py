@@ -78,6 +78,8 @@ def test_a_finished_file_on_a_read_only_mount_is_reused(tmpfs, model, X):
         sa.saliency(model, X, out=unfinished, max_cpu_sequences=2)
     with pytest.raises(PermissionError, match=r"'out' .*folder this process can write to"):
         sa.saliency(model, X, out=fs.path / "new.h5")
+    with pytest.raises(PermissionError, match=r"'out' .*folder this process can write to"):
+        sa.saliency(model, X, out=path, overwrite=True)
     with pytest.raises(ValueError, match=r"written with another model"):
         sa.saliency(torch_model("convnet", convnet_weights(3, seed=4), "NLC"), X, out=path)
 
