@@ -93,7 +93,9 @@ def function_identity(fn: Callable[..., Any] | None) -> str | None:
     The digest covers the bytecode and constants (nested functions included), default values,
     the values of closure variables and of the simple module globals the code reads (numbers,
     strings, tuples of them, NumPy arrays). A ``functools.partial`` adds its arguments, a
-    bound method the type it is bound to, and a callable object its class's ``__call__``.
+    bound method the type it is bound to, and a callable object its class's ``__call__`` and
+    its simple attributes (weights held by a callable object, such as a module's, are not
+    covered).
     """
     if fn is None:
         return None
@@ -114,6 +116,10 @@ def function_identity(fn: Callable[..., Any] | None) -> str | None:
         name = f"{type(target).__module__}.{type(target).__qualname__}"
         if isinstance(call, types.FunctionType):
             _update_function(digest, call)
+            for key, value in sorted(getattr(target, "__dict__", {}).items()):
+                text = _value_text(value)
+                if text is not None:
+                    digest.update(f"|{key}={text}".encode())
             return f"{name}@{digest.hexdigest()}"
         return name  # a builtin or compiled callable: its name is all there is
     _update_function(digest, target)

@@ -102,6 +102,7 @@ def test_function_identity_sees_code_constants_closures_and_arguments():
             return outputs[:, self.k]
 
     assert identity(Head(0)).startswith(f"{__name__}.")
+    assert identity(Head(0)) == identity(Head(0)) != identity(Head(1))
     assert identity(len) == "builtins.builtin_function_or_method"
 
 
