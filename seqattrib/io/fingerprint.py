@@ -196,6 +196,32 @@ def regions_fingerprint(chrom: Sequence[str], start: Any, end: Any) -> str:
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
-    """A digest of a file's bytes (a genome or FASTA file): about a second per GB."""
-    with open(path, "rb") as f:
-        return str(hashlib.file_digest(f, _digest).hexdigest())
+    """A digest of a file's bytes (a genome or FASTA file).
+
+    The file is hashed in blocks of 16 MiB on up to 8 threads (hashlib releases the GIL), then
+    the block digests are hashed: a few seconds for a 3 GB genome on one core, less on several.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    block = 2**24
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+
+        def digest(offset: int) -> bytes:
+            return bytes(_digest_of(os.pread(fd, block, offset)))
+
+        workers = max(1, min(8, os.cpu_count() or 1, -(-size // block)))
+        with ThreadPoolExecutor(workers) as pool:
+            blocks = list(pool.map(digest, range(0, size, block)))
+    finally:
+        os.close(fd)
+    top = _digest()
+    top.update(size.to_bytes(8, "little"))
+    for part in blocks:
+        top.update(part)
+    return str(top.hexdigest())
+
+
+def _digest_of(data: bytes) -> bytes:
+    return bytes(hashlib.blake2b(data, digest_size=16).digest())
