@@ -48,6 +48,15 @@ def test_model_fingerprint_covers_every_parameter_and_buffer(framework, conv_wei
         be.set_state(model, state)
 
 
+def test_an_ensemble_is_fingerprinted_member_by_member(conv_weights):
+    a = make_model("torch", "convnet", conv_weights, "NCL")
+    b = make_model("torch", "convnet", {k: v + 1 for k, v in conv_weights.items()}, "NCL")
+    get_state = get_backend(a).get_state
+    pair = fp.model_fingerprint([a, b], get_state)
+    assert pair == fp.model_fingerprint((a, b), get_state)
+    assert pair != fp.model_fingerprint([b, a], get_state) != fp.model_fingerprint([a], get_state)
+
+
 def test_model_fingerprint_sees_buffers_such_as_batch_norm_statistics():
     model = torch.nn.Sequential(torch.nn.Conv1d(4, 3, 3), torch.nn.BatchNorm1d(3)).eval()
     be = get_backend(model)
