@@ -91,7 +91,7 @@ def acquire(path: str, func: str, param: str = "out") -> WriteLock | None:
     Returns None when the folder cannot be written (a read-only mount): the caller may still
     read a finished file there.
     """
-    sidecar = lock_path(path)
+    sidecar = lock_path(os.path.realpath(path))  # one lock whatever link leads to the file
     while True:
         try:
             fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)

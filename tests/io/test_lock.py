@@ -89,3 +89,12 @@ def test_a_read_only_folder_gives_no_lock(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lock.os, "open", read_only)
     assert lock.acquire(str(tmp_path / "t.h5"), "explain") is None
+
+
+def test_a_file_reached_through_a_link_has_the_same_lock(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    held = lock.acquire(str(tmp_path / "real" / "t.h5"), "explain")
+    with pytest.raises(BlockingIOError):
+        lock.acquire(str(tmp_path / "link" / "t.h5"), "explain")
+    held.release()
