@@ -23,6 +23,7 @@ from ..backends import Backend, OutOfDeviceMemory, get_backend
 from ..engine import ArraySink, Kernel, SequenceSource, run_rows
 from ..engine.blocks import host_block
 from ..engine.outputs import Head, OutputShapeError, model_session, vectorise_targets
+from ..io.fingerprint import function_identity, model_fingerprint
 from ..shards import Shard, shard_rows
 from .extras import ExtraInputs
 from .options import RunOptions
@@ -188,7 +189,8 @@ def run_job(
     func = method.func
     shard = None
     extras = ExtraInputs.check(options.args, source.n_sequences, func)
-    extras_identity = None if extras is None else extras.describe()  # of the whole job
+    # what identifies the job's inputs beyond X's rows, taken before any sharding
+    identity = _JobIdentity(None if extras is None else extras.describe(), _provenance(source.data))
     if options.shard is not None:
         shard = shard_rows(*options.shard, source.n_sequences, func)
         source = source.rows(shard.start, shard.stop)
@@ -222,7 +224,7 @@ def run_job(
                 seed,
                 block,
                 shard,
-                extras_identity,
+                identity,
             )
             done = sink.n_completed
         try:
@@ -288,7 +290,7 @@ def _track_writer(
     seed: int,
     block: int,
     shard: Shard | None,
-    extras_identity: list[str] | None,
+    identity: _JobIdentity,
 ) -> tuple[Any, int]:
     """Open (or resume) the ``out`` tracks file: the writer and the seed the run must use."""
     from ..io.tracks import open_track_writer
@@ -304,8 +306,8 @@ def _track_writer(
         alphabet_axis=source.alphabet_axis,
     )
     regions = options.regions
-    if extras_identity is not None:
-        settings["args"] = extras_identity
+    if identity.args is not None:
+        settings["args"] = identity.args
     if shard is not None:
         settings["shard"] = shard.setting()
         if regions is not None:
@@ -321,6 +323,9 @@ def _track_writer(
         seed=seed,
         adopt_seed=stored_random_state is None,
         description={"backend": be.name, "model": " + ".join(be.describe(m) for m in members)},
+        model_fingerprint=model_fingerprint(members if len(members) > 1 else members[0], be.state),
+        output_fn=function_identity(options.output_fn),
+        provenance=identity.provenance,
         regions=regions,
         overwrite=options.overwrite,
         block_sequences=block,
@@ -330,6 +335,21 @@ def _track_writer(
 def drop_target_axis(result: dict[str, np.ndarray], squeeze: bool) -> dict[str, np.ndarray]:
     """The results without their target axis (axis 1) for an int target."""
     return {name: values[:, 0] for name, values in result.items()} if squeeze else result
+
+
+@dataclass(frozen=True)
+class _JobIdentity:
+    """The job's inputs beyond the rows of X: the model's other inputs and where X came from
+    (a genome and its regions, a FASTA file), recorded in ``out`` files and compared."""
+
+    args: list[str] | None
+    provenance: dict[str, str] | None
+
+
+def _provenance(data: Any) -> dict[str, str] | None:
+    """Where X came from, when X says (``io.GenomeWindows``: the genome and the windows)."""
+    describe = getattr(data, "provenance", None)
+    return describe() if callable(describe) else None
 
 
 def _regions_rows(regions: Any, start: int, stop: int) -> Any:

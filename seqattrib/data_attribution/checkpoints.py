@@ -13,7 +13,6 @@ framework's file format is left to the backend (``read_checkpoint``).
 
 from __future__ import annotations
 
-import hashlib
 import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ import numpy as np
 from .._errors import parameter_error
 from ..backends import CheckpointMismatch
 from ..engine.outputs import model_session
+from ..io.fingerprint import fingerprint
 from .gradients import ParameterBackend
 
 
@@ -42,16 +42,6 @@ def preserved_state(backend: ParameterBackend, model: Any, device: Any) -> Itera
             yield resolved
     finally:
         backend.set_state(model, state)
-
-
-def fingerprint(state: Mapping[str, np.ndarray]) -> str:
-    """A digest of a model state: names, dtypes, shapes and bytes of every entry."""
-    digest = hashlib.blake2b(digest_size=16)
-    for key in sorted(state):
-        value = np.ascontiguousarray(state[key])
-        digest.update(f"{key}|{value.dtype.str}|{value.shape}|".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

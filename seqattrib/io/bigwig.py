@@ -163,6 +163,7 @@ def write_bigwig(
                 described=True,
             )
 
+    _check_room(out, 8 * values.size + 64 * len(values) + 100 * len(sizes) + 2**20, func)
     pyBigWig = import_optional("pyBigWig")
     numpy_ok = bool(getattr(pyBigWig, "numpy", 0))  # builds without numpy take lists
     tmp = os.fspath(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
@@ -181,6 +182,26 @@ def write_bigwig(
         if os.path.exists(tmp):
             os.remove(tmp)
     return out
+
+
+def _check_room(out: Path, needed: int, func: str) -> None:
+    """Refuse before writing when the folder lacks room: libBigWig does not report a full disk
+    (it keeps retrying), so a bigWig is only started with room for it. The bound is 8 bytes
+    per base (about 5.2 are used with incompressible scores) plus the headers."""
+    if not hasattr(os, "statvfs"):  # pragma: no cover - Windows
+        return
+    stats = os.statvfs(out.parent)
+    free = stats.f_bavail * stats.f_frsize
+    if free < needed:
+        raise parameter_error(
+            func,
+            "path",
+            f"a file on a disk with room for it (up to {needed / 2**20:.1f} MiB)",
+            f"{os.fspath(out)!r} with {free / 2**20:.1f} MiB free",
+            "Free space, or write to another disk.",
+            error=OSError,
+            described=True,
+        )
 
 
 def _add_chrom(

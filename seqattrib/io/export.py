@@ -4,43 +4,18 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._errors import parameter_error
-from .._optional import import_optional
-from .tracks import FORMAT
+from ._hdf5 import failure
+from .tracks import decode_strings, open_tracks
 
 PathLike = str | os.PathLike[str]
 _BLOCK_BYTES = 64 * 2**20
-
-
-def _open(path: PathLike, func: str) -> Any:
-    h5py = import_optional("h5py")
-    if not os.path.isfile(path):
-        raise parameter_error(
-            func,
-            "tracks",
-            "an existing tracks file",
-            os.fspath(path),
-            error=FileNotFoundError,
-            described=True,
-        )
-    try:
-        f = h5py.File(os.fspath(path), "r", libver="latest", swmr=True)
-    except OSError as exc:
-        raise parameter_error(
-            func, "tracks", "a tracks file written with out=", os.fspath(path), described=True
-        ) from exc
-    if f.attrs.get("format") != FORMAT:
-        f.close()
-        raise parameter_error(
-            func, "tracks", "a tracks file written with out=", os.fspath(path), described=True
-        )
-    return f
 
 
 def _class_names(targets: Sequence[int], class_names: Any, func: str) -> list[str]:
@@ -57,7 +32,22 @@ def _class_names(targets: Sequence[int], class_names: Any, func: str) -> list[st
             f"{len(targets)} distinct names (one per target {list(targets)}) or a dict",
             class_names,
         )
+    for name in names:
+        check_file_name(name, func, "class_names")
     return names
+
+
+def check_file_name(name: str, func: str, param: str) -> None:
+    """Refuse a name that is not a plain file name: it would leave (or miss) the folder."""
+    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if name in ("", ".", "..") or "\0" in name or any(sep in name for sep in separators):
+        raise parameter_error(
+            func,
+            param,
+            "names usable as file names (no path separators, not '.' or '..', not empty)",
+            name,
+            "Choose names made of letters, digits, '-', '_' and '.'.",
+        )
 
 
 def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int, np.ndarray]]:
@@ -92,21 +82,54 @@ def _ncl(block: np.ndarray, alphabet_axis: int) -> np.ndarray:
 
 
 def _write_npz(
-    path: Path, shape: tuple[int, ...], dtype: Any, blocks: Iterator[np.ndarray]
+    path: Path, shape: tuple[int, ...], dtype: Any, blocks: Iterator[np.ndarray], func: str
 ) -> None:
     """An ``.npz`` with one member ``arr_0``, streamed block by block (bounded memory)."""
+
+    def write(partial: Path) -> None:
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            with archive.open("arr_0.npy", "w", force_zip64=True) as member:
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                    "fortran_order": False,
+                    "shape": shape,
+                }
+                np.lib.format.write_array_header_2_0(member, header)
+                for block in blocks:
+                    member.write(np.ascontiguousarray(block, dtype=dtype).tobytes())
+
+    _atomic(path, write, func)
+
+
+def _write_bed(path: Path, chrom: list[str], start: Any, end: Any, func: str) -> None:
+    def write(partial: Path) -> None:
+        with open(partial, "w") as bed:
+            for c, s, e in zip(chrom, start, end, strict=True):
+                bed.write(f"{c}\t{s}\t{e}\n")
+
+    _atomic(path, write, func)
+
+
+def _atomic(path: Path, write: Callable[[Path], None], func: str) -> None:
+    """Write ``path`` through ``path.partial``: it appears complete or not at all."""
     partial = path.with_name(path.name + ".partial")
-    with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        with archive.open("arr_0.npy", "w", force_zip64=True) as member:
-            header = {
-                "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                "fortran_order": False,
-                "shape": shape,
-            }
-            np.lib.format.write_array_header_2_0(member, header)
-            for block in blocks:
-                member.write(np.ascontiguousarray(block, dtype=dtype).tobytes())
-    os.replace(partial, path)
+    try:
+        write(partial)
+        os.replace(partial, path)
+    except OSError as exc:
+        _, reason = failure(exc)
+        raise parameter_error(
+            func,
+            "outdir",
+            "a folder on a disk that can hold the exported files",
+            f"{os.fspath(path)!r}: writing it failed ({reason})",
+            "The tracks file is untouched: free space and rerun the export with overwrite=True.",
+            error=OSError,
+            described=True,
+        ) from exc
+    finally:
+        if partial.exists():
+            partial.unlink()
 
 
 def _targets(f: Any) -> tuple[list[int], bool]:
@@ -166,7 +189,7 @@ def export_modisco(
         The files written.
     """
     func = "export_modisco"
-    f = _open(tracks, func)
+    f = open_tracks(tracks, func, "tracks")
     try:
         targets, squeezed = _targets(f)
         names = _class_names(targets, class_names, func)
@@ -186,17 +209,15 @@ def export_modisco(
         step = max(1, _BLOCK_BYTES // (4 * length))
         for k, name in enumerate(names):
             ohe = (_ncl(seq[s : min(done, s + step)], axis) for s in range(0, done, step))
-            _write_npz(outdir / f"{name}_ohe.npz", shape, np.int8, ohe)
+            _write_npz(outdir / f"{name}_ohe.npz", shape, np.int8, ohe, func)
             hyp = (_ncl(b, axis) for _, b in _hypothetical_blocks(f, None if squeezed else k, func))
-            _write_npz(outdir / f"{name}_attr.npz", shape, np.float32, hyp)
+            _write_npz(outdir / f"{name}_attr.npz", shape, np.float32, hyp, func)
         if has_regions:
             g = f["regions"]
-            chrom = [c.decode() if isinstance(c, bytes) else str(c) for c in g["chrom"][:done]]
+            chrom = decode_strings(g["chrom"][:done])
             start, end = g["start"][:done], g["end"][:done]
             for name in names:
-                with open(outdir / f"{name}_regions.bed", "w") as bed:
-                    for c, s, e in zip(chrom, start, end, strict=True):
-                        bed.write(f"{c}\t{s}\t{e}\n")
+                _write_bed(outdir / f"{name}_regions.bed", chrom, start, end, func)
     finally:
         f.close()
     return paths
@@ -238,7 +259,7 @@ def export_bigwig(
     from .regions import Regions
 
     func = "export_bigwig"
-    f = _open(tracks, func)
+    f = open_tracks(tracks, func, "tracks")
     try:
         targets, squeezed = _targets(f)
         names = _class_names(targets, class_names, func)
@@ -258,7 +279,7 @@ def export_bigwig(
         axis = int(f.attrs["alphabet_axis"])
         g = f["regions"]
         regions = Regions.from_arrays(
-            [c.decode() if isinstance(c, bytes) else str(c) for c in g["chrom"][:done]],
+            decode_strings(g["chrom"][:done]),
             g["start"][:done],
             g["end"][:done],
         )

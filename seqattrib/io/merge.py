@@ -12,39 +12,47 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._optional import import_optional
-from .tracks import FORMAT
+from ._hdf5 import LIBVER, abandon, failure
+from .fingerprint import regions_fingerprint
+from .lock import acquire
+from .tracks import FORMAT, decode_strings, open_tracks
 
 PathLike = str | os.PathLike[str]
 _BLOCK_BYTES = 64 * 2**20
 #: Settings that legitimately differ between shards of one job.
 _PER_SHARD = ("shard", "n_sequences")
+_ROWS = ("attributions", "sequences", "delta", "row_hashes")
 
 
-def _read_shard(h5py: Any, path: Path) -> dict[str, Any]:
+def _read_shard(path: Path) -> dict[str, Any]:
     func = "merge_tracks"
-    if not path.is_file():
-        raise parameter_error(
-            func,
-            "shards",
-            "existing shard files",
-            os.fspath(path),
-            error=FileNotFoundError,
-            described=True,
-        )
-    with h5py.File(path, "r", libver="latest", swmr=True) as f:
-        if f.attrs.get("format") != FORMAT:
-            raise parameter_error(
-                func, "shards", "seqattrib tracks files", os.fspath(path), described=True
-            )
+    with open_tracks(path, func, "shards") as f:
         settings = json.loads(f.attrs["settings"])
         done = int(f.attrs["n_completed"])
-        seed = int(f.attrs["seed"])
+        info = {
+            "path": path,
+            "seed": int(f.attrs["seed"]),
+            "format": str(f.attrs["format"]),
+            "model": str(f.attrs.get("model_fingerprint", "")),
+            "output_fn": str(f.attrs.get("output_fn", "")),
+            "provenance": json.loads(f.attrs.get("provenance", "{}")),
+            "regions": "regions" in f,
+        }
     if "shard" not in settings:
         raise parameter_error(
             func,
             "shards",
             "files written with --shard i/n",
             f"{path} (not a shard)",
+            described=True,
+        )
+    if info["format"] != FORMAT:
+        raise parameter_error(
+            func,
+            "shards",
+            "shards with fingerprints (written by this version of seqattrib)",
+            f"{path}, written by an older version without them",
+            "Rerun that shard with --overwrite.",
             described=True,
         )
     shard = settings["shard"]
@@ -58,14 +66,71 @@ def _read_shard(h5py: Any, path: Path) -> dict[str, Any]:
             described=True,
         )
     common = {k: v for k, v in settings.items() if k not in _PER_SHARD}
-    return {"path": path, "shard": shard, "common": common, "seed": seed}
+    return dict(info, shard=shard, common=common)
+
+
+def _same_job(first: dict[str, Any], info: dict[str, Any]) -> None:
+    """Refuse a shard that differs from the first in model, output function, provenance,
+    regions, settings or seed, naming the difference."""
+    func = "merge_tracks"
+    fix = "Rerun the odd shard with the same command as the others (and --overwrite)."
+    for what, key in (("model", "model"), ("output_fn", "output_fn"), ("regions", "regions")):
+        if first[key] != info[key]:
+            raise parameter_error(
+                func,
+                "shards",
+                f"shards of one job (same {what})",
+                f"{info['path']} written with another {what} than {first['path']}",
+                fix,
+                described=True,
+            )
+    for key in sorted(set(first["provenance"]) | set(info["provenance"])):
+        if first["provenance"].get(key) != info["provenance"].get(key):
+            raise parameter_error(
+                func,
+                "shards",
+                f"shards of one job (same {key})",
+                f"{info['path']} made from another {key} than {first['path']}",
+                fix,
+                described=True,
+            )
+    for key in sorted(set(first["common"]) | set(info["common"])):
+        if first["common"].get(key) != info["common"].get(key):
+            raise parameter_error(
+                func,
+                "shards",
+                "shards of one job (same settings)",
+                f"{info['path']} with {key}={info['common'].get(key)!r} but "
+                f"{first['path']} with {first['common'].get(key)!r}",
+                described=True,
+            )
+    if info["seed"] != first["seed"]:
+        raise parameter_error(
+            func,
+            "shards",
+            "shards that share a random seed",
+            f"seeds {first['seed']} and {info['seed']}",
+            "Pass the same --random-state to every shard.",
+            described=True,
+        )
+    for key in ("count", "total"):
+        if info["shard"][key] != first["shard"][key]:
+            raise parameter_error(
+                func,
+                "shards",
+                f"shards of one job (same shard {key})",
+                f"{info['path']} with {key} {info['shard'][key]}",
+                described=True,
+            )
 
 
 def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool = False) -> Path:
     """Concatenate the shard files of one job into one tracks file.
 
-    Refuses shards that are incomplete, that were written with other settings or seeds, that
-    come from jobs of other sizes or shard counts, or that do not cover every row exactly once.
+    Refuses shards that are incomplete, that were made with another model, output function,
+    genome or regions file (their fingerprints), other settings or seeds, that come from jobs
+    of other sizes or shard counts, or that do not cover every row exactly once. The output is
+    written beside itself (``out.partial``) and renamed when complete, under a write lock.
 
     Parameters
     ----------
@@ -93,39 +158,10 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
         )
     if not shards:
         raise parameter_error(func, "shards", "at least one shard file", [])
-    infos = sorted(
-        (_read_shard(h5py, Path(p)) for p in shards), key=lambda info: info["shard"]["start"]
-    )
+    infos = sorted((_read_shard(Path(p)) for p in shards), key=lambda info: info["shard"]["start"])
     first = infos[0]
     for info in infos[1:]:
-        for key in sorted(set(first["common"]) | set(info["common"])):
-            if first["common"].get(key) != info["common"].get(key):
-                raise parameter_error(
-                    func,
-                    "shards",
-                    "shards of one job (same settings)",
-                    f"{info['path']} with {key}={info['common'].get(key)!r} but "
-                    f"{first['path']} with {first['common'].get(key)!r}",
-                    described=True,
-                )
-        if info["seed"] != first["seed"]:
-            raise parameter_error(
-                func,
-                "shards",
-                "shards that share a random seed",
-                f"seeds {first['seed']} and {info['seed']}",
-                "Pass the same --random-state to every shard.",
-                described=True,
-            )
-        for key in ("count", "total"):
-            if info["shard"][key] != first["shard"][key]:
-                raise parameter_error(
-                    func,
-                    "shards",
-                    f"shards of one job (same shard {key})",
-                    f"{info['path']} with {key} {info['shard'][key]}",
-                    described=True,
-                )
+        _same_job(first, info)
     count, total = first["shard"]["count"], first["shard"]["total"]
     indices = [info["shard"]["index"] for info in infos]
     duplicated = sorted({i for i in indices if indices.count(i) > 1})
@@ -166,40 +202,70 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
             f"rows up to {position}",
             described=True,
         )
+    held = acquire(os.fspath(out), func, "out")
+    if held is None:
+        raise parameter_error(
+            func,
+            "out",
+            "a path in a folder this process can write to",
+            os.fspath(out),
+            error=PermissionError,
+        )
+    try:
+        _write_merged(h5py, infos, out, total)
+    finally:
+        held.release()
+    return out
+
+
+def _write_merged(h5py: Any, infos: list[dict[str, Any]], out: Path, total: int) -> None:
+    """Copy the shards into ``out.partial``, check the regions, then rename it to ``out``."""
+    func = "merge_tracks"
     partial = out.with_name(out.name + ".partial")
-    with (
-        h5py.File(infos[0]["path"], "r", libver="latest", swmr=True) as src,
-        h5py.File(partial, "w", libver="latest") as dst,
-    ):
-        for name in ("attributions", "sequences", "delta"):
-            if name in src:
-                d = src[name]
-                dst.create_dataset(
-                    name,
-                    shape=(total, *d.shape[1:]),
-                    maxshape=(None, *d.shape[1:]),
-                    dtype=d.dtype,
-                    chunks=d.chunks,
-                    compression=d.compression,
-                    compression_opts=d.compression_opts,
-                    shuffle=d.shuffle,
+    try:
+        dst = h5py.File(partial, "w", libver=LIBVER)
+    except OSError as exc:
+        _remove(partial)
+        raise _merge_error(out, exc) from exc
+    try:
+        chrom: list[str] = []
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        # Datasets are kept open until the end: closing one flushes its chunks, and h5py
+        # reports a failure there (a full disk) nowhere; writes fail in ``close`` instead.
+        written: dict[str, Any] = {}
+        with h5py.File(infos[0]["path"], "r", swmr=True) as src:
+            for name in _ROWS:
+                if name in src:
+                    d = src[name]
+                    written[name] = dst.create_dataset(
+                        name,
+                        shape=(total, *d.shape[1:]),
+                        maxshape=(None, *d.shape[1:]),
+                        dtype=d.dtype,
+                        chunks=d.chunks,
+                        compression=d.compression,
+                        compression_opts=d.compression_opts,
+                        shuffle=d.shuffle,
+                    )
+            if "regions" in src:
+                group = dst.create_group("regions")
+                written["chrom"] = group.create_dataset(
+                    "chrom", shape=(total,), dtype=h5py.string_dtype()
                 )
-        if "regions" in src:
-            group = dst.create_group("regions")
-            group.create_dataset("chrom", shape=(total,), dtype=h5py.string_dtype())
-            group.create_dataset("start", shape=(total,), dtype=np.int64)
-            group.create_dataset("end", shape=(total,), dtype=np.int64)
-        for key, value in src.attrs.items():
-            dst.attrs[key] = value
-        settings = dict(first["common"], n_sequences=total)
+                written["start"] = group.create_dataset("start", shape=(total,), dtype=np.int64)
+                written["end"] = group.create_dataset("end", shape=(total,), dtype=np.int64)
+            for key, value in src.attrs.items():
+                dst.attrs[key] = value
+        settings = dict(infos[0]["common"], n_sequences=total)
         dst.attrs["settings"] = json.dumps(settings, sort_keys=True, default=str)
         dst.attrs["n_sequences"] = total
         if "shard" in dst.attrs:
             del dst.attrs["shard"]
         for info in infos:
             start = info["shard"]["start"]
-            with h5py.File(info["path"], "r", libver="latest", swmr=True) as f:
-                for name in ("attributions", "sequences", "delta"):
+            with h5py.File(info["path"], "r", swmr=True) as f:
+                for name in _ROWS:
                     if name not in f:
                         continue
                     d = f[name]
@@ -208,11 +274,52 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
                     )
                     for a in range(0, len(d), step):
                         block = d[a : a + step]
-                        dst[name][start + a : start + a + len(block)] = block
+                        written[name][start + a : start + a + len(block)] = block
                 if "regions" in f:
                     for key in ("chrom", "start", "end"):
                         values = f["regions"][key][:]
-                        dst["regions"][key][start : start + len(values)] = values
+                        written[key][start : start + len(values)] = values
+                    chrom += decode_strings(f["regions"]["chrom"][:])
+                    starts.append(f["regions"]["start"][:])
+                    ends.append(f["regions"]["end"][:])
+        if infos[0]["regions"]:
+            digest = regions_fingerprint(chrom, np.concatenate(starts), np.concatenate(ends))
+            job = infos[0]["provenance"].get("regions")
+            if job is not None and job != digest:
+                raise parameter_error(
+                    func,
+                    "shards",
+                    "shards whose regions together are the regions of their job",
+                    "regions that differ from those the job was started with",
+                    "Rerun the shards with the same --regions file.",
+                    described=True,
+                )
+            dst.attrs["regions_fingerprint"] = digest
         dst.attrs["n_completed"] = np.int64(total)
-    os.replace(partial, out)
-    return out
+        dst.flush()  # a failure surfaces here, where it can be handled: not in close
+        dst.close()
+        os.replace(partial, out)
+    except BaseException as exc:
+        abandon(dst)
+        _remove(partial)
+        if isinstance(exc, (OSError, RuntimeError)):
+            raise _merge_error(out, exc) from exc
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.exists():
+        path.unlink()
+
+
+def _merge_error(out: Path, exc: BaseException) -> Exception:
+    _, reason = failure(exc)
+    return parameter_error(
+        "merge_tracks",
+        "out",
+        "a file on a disk that can hold the merged results",
+        f"{os.fspath(out)!r}: writing it failed ({reason})",
+        "Nothing was written and the shards are untouched: free space and rerun the merge.",
+        error=OSError,
+        described=True,
+    )

@@ -209,9 +209,15 @@ class GenomeWindows:
     """
 
     def __init__(
-        self, genome: Genome, regions: Regions, length: int, layout: Literal["NLC", "NCL"]
+        self,
+        genome: Genome,
+        regions: Regions,
+        length: int,
+        layout: Literal["NLC", "NCL"],
+        from_fasta: bool = False,
     ) -> None:
         self.genome, self.regions, self.length, self.layout = genome, regions, length, layout
+        self.from_fasta = from_fasta
         n = len(regions)
         self.shape = (n, length, 4) if layout == "NLC" else (n, 4, length)
         self.dtype = np.dtype(np.int8)
@@ -219,6 +225,19 @@ class GenomeWindows:
 
     def __len__(self) -> int:
         return self.shape[0]
+
+    def provenance(self) -> dict[str, str]:
+        """Digests of the genome file and of the windows (stored with ``out`` files and
+        compared on resume and merge)."""
+        from .fingerprint import file_fingerprint, regions_fingerprint
+
+        key = "fasta" if self.from_fasta else "genome"
+        return {
+            key: file_fingerprint(self.genome.path),
+            "regions": regions_fingerprint(
+                self.regions.chrom, self.regions.start, self.regions.end
+            ),
+        }
 
     def __getitem__(self, index: Any) -> np.ndarray:
         part = self.regions.take(np.arange(self.shape[0])[index])
@@ -281,4 +300,4 @@ def fasta_windows(path: PathLike, layout: Literal["NLC", "NCL"] = "NLC") -> Geno
     length = lengths.pop()
     names = list(sizes)
     regions = Regions.from_arrays(names, np.zeros(len(names)), np.full(len(names), length))
-    return GenomeWindows(genome, regions, length, layout)
+    return GenomeWindows(genome, regions, length, layout, from_fasta=True)

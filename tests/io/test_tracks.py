@@ -144,3 +144,22 @@ def test_resume_after_kill_equals_an_uninterrupted_run(model, tmp_path, kill_aft
     uninterrupted = sa.expected_integrated_gradients(model, X, random_state=seed, **kwargs)
     assert_close(resumed.attributions, uninterrupted, FLOAT32)
     assert_close(resumed.attributions[:done], interrupted.attributions, FLOAT32)
+
+
+def test_files_carry_fingerprints_and_older_files_are_read_but_not_resumed(model, tmp_path):
+    X = random_one_hot(4, LENGTH, seed=35, layout="NCL")
+    path = sa.saliency(model, X, out=tmp_path / "t.h5")
+    attrs = read_tracks(path).attrs
+    assert attrs["format"] == "seqattrib.tracks/2" and attrs["output_fn"] == "None"
+    assert len(attrs["model_fingerprint"]) == 32 and attrs["provenance"] == "{}"
+    with h5py.File(path, "r") as f:
+        assert f["row_hashes"].shape == (4, 16)
+    with h5py.File(path, "r+") as f:  # as version 1 wrote it
+        f.attrs["format"] = "seqattrib.tracks/1"
+        f.attrs["n_completed"] = 2
+        for key in ("model_fingerprint", "output_fn", "provenance"):
+            del f.attrs[key]
+        del f["row_hashes"]
+    assert read_tracks(path).attributions.shape == (2, 4, LENGTH)
+    with pytest.raises(ValueError, match=r"older seqattrib without the fingerprints"):
+        sa.saliency(model, X, out=path)
