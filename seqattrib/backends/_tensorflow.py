@@ -17,6 +17,7 @@ from ._tensorflow_params import (
     call_model,
     state_variables,
 )
+from ._tensorflow_rescale import TensorFlowRescaleGradients
 from ._tensorflow_windows import TensorFlowWindowedForward
 
 _DTYPES = {"float32": tf.float32, "int64": tf.int64, "int32": tf.int32}
@@ -38,9 +39,11 @@ def _tf_device(device: Any) -> str | None:
     return f"/{kind}:{index or 0}"
 
 
-class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients):
+class TensorFlowBackend(
+    TensorFlowWindowedForward, TensorFlowParameterGradients, TensorFlowRescaleGradients
+):
     """Primitives for Keras 3 (TensorFlow backend) models, ``tf.Module`` and callables (core,
-    windowed forward, parameter gradients)."""
+    windowed forward, parameter gradients, rescale gradients)."""
 
     name = "tensorflow"
 

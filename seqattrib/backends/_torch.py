@@ -12,6 +12,7 @@ import torch
 
 from ._protocol import Head, OutOfDeviceMemory, TransferStats
 from ._torch_params import TorchParameterGradients
+from ._torch_rescale import TorchRescaleGradients
 from ._torch_windows import TorchWindowedForward
 
 _DTYPES = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32}
@@ -47,9 +48,9 @@ def _full_float32() -> Iterator[None]:
         cudnn.allow_tf32, matmul.allow_tf32 = flags
 
 
-class TorchBackend(TorchWindowedForward, TorchParameterGradients):
+class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGradients):
     """Primitives for ``torch.nn.Module`` models (core, windowed forward, parameter
-    gradients)."""
+    gradients, rescale gradients)."""
 
     name = "torch"
 
