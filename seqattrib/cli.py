@@ -115,9 +115,23 @@ def cmd_explain(args: argparse.Namespace) -> str:
             baselines=args.baselines or ("dinuc_shuffle" if args.method == "eig" else "zeros"),
         )
     if args.method == "eig":
-        kwargs["n_baselines"] = args.n_baselines
+        kwargs["n_baselines"] = 25 if args.n_baselines is None else args.n_baselines
+    if args.method == "deeplift_shap":
+        if args.correct_gradient:
+            raise parameter_error(
+                "seqattrib explain",
+                "--correct-gradient",
+                "used with --method saliency, ig or eig",
+                "--method deeplift_shap",
+            )
+        kwargs.update(
+            random_state=args.random_state,
+            baselines=args.baselines or "dinuc_shuffle",
+            n_baselines=20 if args.n_baselines is None else args.n_baselines,
+        )
+    else:
+        kwargs["correct_gradient"] = args.correct_gradient
     kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
-    kwargs["correct_gradient"] = args.correct_gradient
     path = explain(model, X, method=args.method, **kwargs)
     print(path)
     return str(path)
@@ -288,9 +302,9 @@ def _add_run(p: argparse.ArgumentParser) -> None:
 def _explain_command(sub: Any) -> None:
     p = sub.add_parser("explain", help="saliency, IG or EIG tracks into an HDF5 file")
     _add_model_and_sequences(p)
-    p.add_argument("--method", choices=["saliency", "ig", "eig"], default="eig")
+    p.add_argument("--method", choices=["saliency", "ig", "eig", "deeplift_shap"], default="eig")
     p.add_argument("--n-steps", type=int, default=25)
-    p.add_argument("--n-baselines", type=int, default=25)
+    p.add_argument("--n-baselines", type=int, help="default: 25 for eig, 20 for deeplift_shap")
     p.add_argument(
         "--baselines", choices=["zeros", "uniform", "shuffle", "dinuc_shuffle", "random"]
     )

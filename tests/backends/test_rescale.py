@@ -14,6 +14,7 @@ import tensorflow as tf
 import torch
 import torch.nn.functional as F
 from conftest import LENGTH, make_model
+from deeplift_models import one_relu, one_relu_multipliers, one_relu_weights
 from helpers import CLOSED_FORM, assert_close
 from models import random_one_hot
 
@@ -47,45 +48,6 @@ def _report(model, X, head=None):
 
 
 # --------------------------------------------------------------------------- toy models
-def _one_relu_weights(seed=0, hidden=5):
-    rng = np.random.default_rng(seed)
-    return {
-        "w": rng.standard_normal((L * 4, hidden)).astype(np.float32),
-        "b": (0.5 * rng.standard_normal(hidden)).astype(np.float32),
-        "v": rng.standard_normal((hidden, 2)).astype(np.float32),
-    }
-
-
-def one_relu(framework, w):
-    """f(x) = relu(flatten(x) @ w + b) @ v, on (batch, L, 4)."""
-    if framework == "torch":
-        tw, tb, tv = (torch.from_numpy(w[k]) for k in ("w", "b", "v"))
-
-        class OneReLU(torch.nn.Module):
-            def forward(self, x):
-                return F.relu(x.flatten(1) @ tw + tb) @ tv
-
-        return OneReLU()
-    inputs = keras.Input((L, 4))
-    hidden = keras.layers.Dense(w["w"].shape[1], activation="relu")
-    out_layer = keras.layers.Dense(2, use_bias=False)
-    model = keras.Model(inputs, out_layer(hidden(keras.layers.Flatten()(inputs))))
-    hidden.set_weights([w["w"], w["b"]])
-    out_layer.set_weights([w["v"]])
-    return model
-
-
-def one_relu_multipliers(w, x, r):
-    """Multipliers of f at (x, r) by hand: sum_k v_k s_k w_k, s_k the ReLU secant."""
-    zx, zr = x.reshape(-1) @ w["w"] + w["b"], r.reshape(-1) @ w["w"] + w["b"]
-    same = zx == zr
-    dz = np.where(same, 1.0, zx - zr)
-    secant = np.where(
-        same, (zx > 0).astype(np.float64), (np.maximum(zx, 0) - np.maximum(zr, 0)) / dz
-    )
-    return (w["w"] * secant[None]) @ w["v"]  # (L * 4, 2)
-
-
 def max_pool_model(framework, u, a):
     """f(x) = sum_w a_w max over window w (width 2) of x @ u, on (batch, L, 4)."""
     if framework == "torch":
@@ -147,7 +109,7 @@ def test_linear_model_multipliers_are_its_weights(framework, linear_weights):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_one_relu_network_by_hand(framework):
-    w = _one_relu_weights()
+    w = one_relu_weights(L)
     X = random_one_hot(2, L, seed=3)
     refs = np.concatenate([random_one_hot(3, L, seed=4), X[1:2]])  # the last: the input itself
     index = [0, 0, 1, 1]
