@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ._protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
@@ -150,6 +151,24 @@ class _Record:
     z: torch.Tensor
     y: torch.Tensor
     returns_tuple: bool  # (values, indices) of a max
+    indices: torch.Tensor | None = None  # where a max pooling's maxima are
+
+
+#: Max pooling with flat indices of its maxima over the spatial axes, by name.
+_WITH_INDICES = {
+    "max_pool1d": F.max_pool1d_with_indices,
+    "max_pool2d": F.max_pool2d_with_indices,
+    "max_pool3d": F.max_pool3d_with_indices,
+    "adaptive_max_pool1d": F.adaptive_max_pool1d_with_indices,
+    "adaptive_max_pool2d": F.adaptive_max_pool2d_with_indices,
+    "adaptive_max_pool3d": F.adaptive_max_pool3d_with_indices,
+}
+_WITH_INDICES |= {f"{name}_with_indices": fn for name, fn in list(_WITH_INDICES.items())}
+
+
+def _pool(name: str, z: torch.Tensor, rest: tuple[Any, ...], kwargs: Any) -> Any:
+    """(values, indices) of a max pooling called as ``name(z, *rest, **kwargs)``."""
+    return _WITH_INDICES[name](z, *rest, **kwargs)
 
 
 class _Pairs:
@@ -250,6 +269,55 @@ class _Rescale(torch.autograd.Function):
         return grad * multiplier, None, None, None, None, None
 
 
+class _PoolRule(torch.autograd.Function):
+    """Max pooling (windows along the spatial axes) under DeepLIFT's max rule, from the
+    indices of the maxima: per window, with y_x and y the input's and the reference's maxima,
+    the upstream gradient times max(y_x - y, 0) / (z_x - z) goes to the input's maximum and
+    times min(y_x - y, 0) / (z_x - z) to the reference's, z_x - z read at that position (the
+    plain gradient to the input's maximum where z_x == z there, nothing to the reference's).
+    Everything but the final scatter works on pooled-size tensors."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        z: torch.Tensor,
+        record: _Record,
+        pairs: _Pairs,
+        func: Callable[..., Any],
+        rest: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> torch.Tensor:
+        y, indices = _pool(record.name, z, rest, kwargs)
+        ctx.save_for_backward(z, y, indices)
+        ctx.rule = (record, pairs)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        z, y, at_reference = (t.flatten(2) for t in ctx.saved_tensors)
+        record, pairs = ctx.rule
+        index = pairs.index
+        z_x = record.z.flatten(2)
+        at_input = record.indices.flatten(2).index_select(0, index)
+        g = grad.flatten(2)
+        # e = y - y_x per window; in place from here on (pooled-size tensors). A 0 / 0 below
+        # is a maximum where z_x == z: 1 (the plain gradient) for the input's, 0 for the
+        # reference's.
+        y_x = record.y.flatten(2)
+        e = pairs.difference(y, y_x, torch.empty_like(y))
+        at_input_z = z.gather(2, at_input)
+        to_input = e.clamp_max(0.0).div_(pairs.difference(at_input_z, y_x, at_input_z))
+        to_input = torch.nan_to_num_(to_input, nan=1.0).mul_(g)
+        channels = torch.arange(z_x.shape[1], device=z.device)[:, None]
+        flat = (index[:, None, None] * z_x.shape[1] + channels) * z_x.shape[2] + at_reference
+        to_reference = e.clamp_min_(0.0).div_(y - z_x.reshape(-1).take(flat))
+        to_reference = torch.nan_to_num_(to_reference, nan=0.0).mul_(g)
+        routed = torch.zeros_like(z)
+        routed.scatter_add_(2, at_input, to_input)
+        routed.scatter_add_(2, at_reference, to_reference)
+        return routed.view_as(ctx.saved_tensors[0]), None, None, None, None, None
+
+
 class _MaxRule(torch.autograd.Function):
     """``func(z)`` forward (values of a max pooling or reduction); backward: DeepLIFT's max
     rule. With c_x = max(y_x - y, 0) and c_r = min(y_x - y, 0) per output, the upstream
@@ -313,13 +381,18 @@ class _RecordInputs(TorchFunctionMode):
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         call = _call(func, kwargs)
-        if _kind(call, args) != "other":
-            values = _values(out)
-            self.records.append(
-                _Record(call.name, args[0].clone(), values.clone(), values is not out)
-            )
+        if _kind(call, args) == "other":
+            return func(*args, **kwargs)
+        if call.name in _WITH_INDICES:
+            values, indices = _pool(call.name, args[0], tuple(args[1:]), kwargs)
+            out = func(*args, **kwargs)
+            returns_tuple = not isinstance(out, torch.Tensor)
+            self.records.append(_Record(call.name, args[0].clone(), values, returns_tuple, indices))
+            return out
+        out = func(*args, **kwargs)
+        values = _values(out)
+        self.records.append(_Record(call.name, args[0].clone(), values.clone(), values is not out))
         return out
 
 
@@ -356,6 +429,8 @@ class _ApplyRules(TorchFunctionMode):
                 "the batch axis.",
             )
         rule = _Rescale if kind == "rescale" else _MaxRule
+        if call.name in _WITH_INDICES:
+            rule = _PoolRule
         values = rule.apply(z, record, self.pairs, func, tuple(args[1:]), kwargs)
         if record.returns_tuple:  # (values, indices): the indices of a plain call
             with torch.no_grad():
