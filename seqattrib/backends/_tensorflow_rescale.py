@@ -263,7 +263,8 @@ _SOFTMAX_FIX = (
 
 
 def _ancestors(tensor: tf.Tensor) -> set[Any]:
-    """The operations ``tensor`` is computed from (the forward pass, not its gradient)."""
+    """The operations whose gradient reaches ``tensor``: those it is computed from (the
+    forward pass, not its gradient), except behind a stop_gradient."""
     seen: set[Any] = set()
     todo = [tensor.op]
     while todo:
@@ -271,7 +272,8 @@ def _ancestors(tensor: tf.Tensor) -> set[Any]:
         if op in seen:
             continue
         seen.add(op)
-        todo.extend(t.op for t in op.inputs)
+        if op.type not in ("StopGradient", "PreventGradient"):
+            todo.extend(t.op for t in op.inputs)
     return seen
 
 

@@ -370,3 +370,49 @@ def test_a_nan_output_names_the_sequence_and_target(framework):
     X[4, 0] = np.eye(4, dtype=np.float32)[2]  # sequence 4 starts with G: its output 1 is NaN
     with pytest.raises(ValueError, match=r"sequence 4 \(target 1\)"):
         deeplift(_nan_for_sequence(framework, 4), X, target=[0, 1], baselines="zeros")
+
+
+def test_profile_heads_through_output_fn():
+    """BPNet's profile contribution function: sum over positions of the mean-centred logits
+    weighted by their (detached) softmax. The softmax carries no gradient, so it is allowed;
+    torch equals Keras."""
+    import keras
+    import tensorflow as tf
+
+    weights = __import__("models").convnet_weights(n_outputs=3)
+    X = random_one_hot(3, LENGTH, seed=15)
+    profile_w = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
+    body = __import__("models").torch_model("convnet", weights, "NLC")
+
+    class Profile(torch.nn.Module):
+        def forward(self, x):
+            h = torch.relu(body.conv2(torch.relu(body.conv1(x.transpose(1, 2)))))
+            logits = torch.einsum("ncl,ck->nkl", h, torch.from_numpy(profile_w))
+            return logits, body.dense(h.mean(-1))
+
+    def torch_weighted(out):
+        logits = out[0]
+        centred = logits - logits.mean(-1, keepdim=True)
+        return (centred * torch.softmax(logits, -1).detach()).sum(-1)
+
+    inputs = keras.Input((LENGTH, 4))
+    conv1 = keras.layers.Conv1D(8, 5, activation="relu")
+    conv2 = keras.layers.Conv1D(8, 3, dilation_rate=2, activation="relu")
+    h = conv2(conv1(inputs))
+    head = keras.layers.Conv1D(2, 1, use_bias=False)
+    keras_model = keras.Model(inputs, [head(h), h])
+    conv1.set_weights([weights["conv1"], weights["conv1_b"]])
+    conv2.set_weights([weights["conv2"], weights["conv2_b"]])
+    head.set_weights([profile_w[None]])
+
+    def keras_weighted(out):
+        logits = tf.transpose(out[0], (0, 2, 1))
+        centred = logits - tf.reduce_mean(logits, -1, keepdims=True)
+        return tf.reduce_sum(centred * tf.stop_gradient(tf.nn.softmax(logits, -1)), -1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sa.SeqAttribWarning)  # detached weights: no summation
+        ours_torch = deeplift(Profile(), X, target=[0, 1], output_fn=torch_weighted)
+        ours_keras = deeplift(keras_model, X, target=[0, 1], output_fn=keras_weighted)
+    assert ours_torch.shape == (3, 2, LENGTH, 4)
+    assert_close(ours_keras, ours_torch, FLOAT32)
