@@ -130,8 +130,9 @@ class DeepLiftKernel:
         # exact, 4 is a power of two)
         projected = be.mean(be.reshape(references, expand) * multipliers, self.alphabet_axis)
         hypothetical = multipliers - projected * float(self.alphabet_size)
-        x_expanded = be.reshape(x_rows, expand)
-        contributions = hypothetical * x_expanded
+        summed = self.return_delta and not self.multiply_by_inputs
+        if self.multiply_by_inputs or summed:
+            contributions = hypothetical * be.reshape(x_rows, expand)
         scores = contributions if self.multiply_by_inputs else hypothetical
         f_x = be.take(input_outputs, segment_ids)
         difference = f_x - reference_outputs
@@ -150,7 +151,7 @@ class DeepLiftKernel:
             "gap_squared": mean(gap * gap),
             "difference_squared": mean(difference * difference),
         }
-        if self.return_delta and not self.multiply_by_inputs:
+        if summed:
             parts["contribution_sum"] = mean(self._total(contributions))
         return parts
 

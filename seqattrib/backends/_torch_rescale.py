@@ -155,7 +155,7 @@ class _Record:
 
 
 #: Max pooling with flat indices of its maxima over the spatial axes, by name.
-_WITH_INDICES = {
+_WITH_INDICES: dict[str, Callable[..., Any]] = {
     "max_pool1d": F.max_pool1d_with_indices,
     "max_pool2d": F.max_pool2d_with_indices,
     "max_pool3d": F.max_pool3d_with_indices,
@@ -299,7 +299,7 @@ class _PoolRule(torch.autograd.Function):
         index = pairs.index
         z_x = record.z.flatten(2)
         at_input = record.indices.flatten(2).index_select(0, index)
-        g = grad.flatten(2)
+        g = grad.reshape(*grad.shape[:2], -1)  # flatten has no batching rule (vmap)
         # e = y - y_x per window; in place from here on (pooled-size tensors). A 0 / 0 below
         # is a maximum where z_x == z: 1 (the plain gradient) for the input's, 0 for the
         # reference's.
@@ -307,15 +307,15 @@ class _PoolRule(torch.autograd.Function):
         e = pairs.difference(y, y_x, torch.empty_like(y))
         at_input_z = z.gather(2, at_input)
         to_input = e.clamp_max(0.0).div_(pairs.difference(at_input_z, y_x, at_input_z))
-        to_input = torch.nan_to_num_(to_input, nan=1.0).mul_(g)
+        torch.nan_to_num_(to_input, nan=1.0)
         channels = torch.arange(z_x.shape[1], device=z.device)[:, None]
         flat = (index[:, None, None] * z_x.shape[1] + channels) * z_x.shape[2] + at_reference
         to_reference = e.clamp_min_(0.0).div_(y - z_x.reshape(-1).take(flat))
-        to_reference = torch.nan_to_num_(to_reference, nan=0.0).mul_(g)
-        routed = torch.zeros_like(z)
-        routed.scatter_add_(2, at_input, to_input)
-        routed.scatter_add_(2, at_reference, to_reference)
-        return routed.view_as(ctx.saved_tensors[0]), None, None, None, None, None
+        torch.nan_to_num_(to_reference, nan=0.0)
+        # out of place where the gradient enters: vmap batches it over K targets
+        routed = torch.zeros_like(z).scatter_add(2, at_input, to_input * g)
+        routed = routed.scatter_add(2, at_reference, to_reference * g)
+        return routed.reshape(ctx.saved_tensors[0].shape), None, None, None, None, None
 
 
 class _MaxRule(torch.autograd.Function):
@@ -428,7 +428,7 @@ class _ApplyRules(TorchFunctionMode):
                 "The rules pair rows on axis 0: apply nonlinearities before moving or merging "
                 "the batch axis.",
             )
-        rule = _Rescale if kind == "rescale" else _MaxRule
+        rule: type[torch.autograd.Function] = _Rescale if kind == "rescale" else _MaxRule
         if call.name in _WITH_INDICES:
             rule = _PoolRule
         values = rule.apply(z, record, self.pairs, func, tuple(args[1:]), kwargs)

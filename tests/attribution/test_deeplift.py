@@ -416,3 +416,30 @@ def test_profile_heads_through_output_fn():
         ours_keras = deeplift(keras_model, X, target=[0, 1], output_fn=keras_weighted)
     assert ours_torch.shape == (3, 2, LENGTH, 4)
     assert_close(ours_keras, ours_torch, FLOAT32)
+
+
+@pytest.mark.parametrize("kind", ["bpnet", "crested"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_vectorised_backward_equals_sequential_passes(kind, framework, monkeypatch):
+    """Accelerators run the K backward passes as one vectorised pass, CPUs one by one."""
+    from seqattrib.engine import outputs
+
+    model, length = toy(framework, kind, "NLC")
+    X = random_one_hot(3, length, seed=16)
+    sequential = deeplift(model, X, target=[0, 1, 2], batch_size=5)
+    monkeypatch.setattr(outputs, "VECTORISE_ON_CPU", True)
+    assert_close(deeplift(model, X, target=[0, 1, 2], batch_size=5), sequential, FLOAT32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["bpnet", "crested"])
+def test_cuda_equals_cpu(kind):
+    """cuDNN's float32 convolutions differ from the CPU's by about 1e-3 of the largest value
+    on these models (see tests/test_gpu.py): results across devices are held to 5e-3."""
+    model, length = toy("torch", kind, "NCL")
+    X = random_one_hot(7, length, seed=3, layout="NCL")
+    on_cpu = deeplift(model, X, target=[0, 1], n_baselines=8)
+    on_cuda = deeplift(model, X, target=[0, 1], n_baselines=8, device="cuda")
+    assert next(model.parameters()).device.type == "cpu"
+    assert float(np.abs(on_cuda - on_cpu).max() / np.abs(on_cpu).max()) <= 5e-3
