@@ -312,9 +312,13 @@ class _PoolRule(torch.autograd.Function):
         flat = (index[:, None, None] * z_x.shape[1] + channels) * z_x.shape[2] + at_reference
         to_reference = e.clamp_min_(0.0).div_(y - z_x.reshape(-1).take(flat))
         torch.nan_to_num_(to_reference, nan=0.0)
-        # out of place where the gradient enters: vmap batches it over K targets
-        routed = torch.zeros_like(z).scatter_add(2, at_input, to_input * g)
-        routed = routed.scatter_add(2, at_reference, to_reference * g)
+        to_input, to_reference = to_input * g, to_reference * g
+        routed = torch.zeros_like(z)
+        try:
+            routed.scatter_add_(2, at_input, to_input).scatter_add_(2, at_reference, to_reference)
+        except RuntimeError:  # the gradient is batched over K targets (vmap): out of place
+            routed = routed.scatter_add(2, at_input, to_input)
+            routed = routed.scatter_add(2, at_reference, to_reference)
         return routed.reshape(ctx.saved_tensors[0].shape), None, None, None, None, None
 
 
