@@ -9,10 +9,12 @@ Models: BPNet-like (L=1000, 64 filters, 9 dilated residual layers, 5 outputs) an
 as the test models (``tests/models.py``); tangermeme gets the same weights with ``nn.ReLU`` and
 ``nn.MaxPool1d`` modules (``tests/deeplift_models.py``), which it needs. Every variant runs 20
 dinucleotide-shuffled references per sequence and is warmed up once, then timed in turn
-``--repeats`` times; the table gives medians. Threads are pinned to one (CPU runs).
+``--repeats`` times; the table gives medians. Threads are pinned to one, and on a CPU the time
+is this process's CPU time, which other processes on a shared machine do not inflate (on a GPU,
+wall-clock time).
 
-- tangermeme: its best batch size of 8, 16, 32, 64 and 128 (probed on the first two
-  sequences), one call per target (it explains one output per call).
+- tangermeme: its best batch size of 8, 16, 32, 64 and 128 (probed on the same sequences, one
+  target), one call per target (it explains one output per call).
 - bare forward + backward: input gradients of the same reference rows (passed as an array) with
   the plain model, at its best batch size of the same list; "ours" then gets the same
   references as an array (ours with references drawn on the fly is in the tangermeme rows).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,7 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "benchmarks
 import models  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402  (torch before TensorFlow)
-from _common import Row, Variant, interleaved, log, machine_description, markdown_table  # noqa: E402
+from _common import Row, Variant, log, machine_description, markdown_table  # noqa: E402
 from deeplift_models import dinucleotide_references, torch_module_model  # noqa: E402
 
 import seqattrib as sa  # noqa: E402
@@ -52,15 +55,32 @@ CASES = {
 }
 
 
+def interleaved(variants: list[Variant], repeats: int, cpu: bool) -> dict[str, float]:
+    """Warm every variant once, then time them in turn ``repeats`` times; medians by name.
+    ``cpu``: this process's CPU seconds (one thread), else wall-clock seconds."""
+    clock = time.process_time if cpu else time.perf_counter
+    for v in variants:
+        log(f"  warm-up {v.name}")
+        v.run()
+    times: dict[str, list[float]] = {v.name: [] for v in variants}
+    for r in range(repeats):
+        for v in variants:
+            tick = clock()
+            v.run()
+            times[v.name].append(clock() - tick)
+            log(f"  repeat {r + 1}/{repeats} {v.name}: {times[v.name][-1]:.2f} s")
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def best_batch_size(run: callable) -> tuple[int, dict[int, float]]:  # type: ignore[valid-type]
     """The fastest of ``BATCH_SIZES`` for ``run(batch_size)`` (each run twice, the second
     timed)."""
     seconds = {}
     for size in BATCH_SIZES:
         run(size)
-        tick = time.perf_counter()
+        tick = time.process_time()
         run(size)
-        seconds[size] = time.perf_counter() - tick
+        seconds[size] = time.process_time() - tick
     return min(seconds, key=seconds.get), seconds  # type: ignore[arg-type]
 
 
@@ -125,10 +145,10 @@ def _compare(label: str, setup: dict, targets: list[int], args: argparse.Namespa
         )
 
     log(f"{label} K={k}: probing tangermeme's batch size")
-    best_theirs, _ = best_batch_size(lambda b: tangermeme(b, X_torch[:2], 1))
+    best_theirs, _ = best_batch_size(lambda b: tangermeme(b, X_torch, 1))
     log(f"{label} K={k}: probing the bare gradients' batch size")
     best_bare, _ = best_batch_size(
-        lambda b: bare_gradients(ours_model, rows_flat[:64], targets, b, device)
+        lambda b: bare_gradients(ours_model, rows_flat, targets, b, device)
     )
     times = interleaved(
         [
@@ -141,6 +161,7 @@ def _compare(label: str, setup: dict, targets: list[int], args: argparse.Namespa
             ),
         ],
         args.repeats,
+        cpu=device == "cpu",
     )
     return [
         Row.ratio_row(
@@ -184,6 +205,7 @@ def keras_rows(label: str, args: argparse.Namespace) -> list[Row]:
     times = interleaved(
         [Variant("keras", lambda: run(keras_model)), Variant("torch", lambda: run(torch_model))],
         args.repeats,
+        cpu=True,
     )
     return [
         Row(
@@ -224,7 +246,10 @@ def main() -> int:
 
     frameworks["tangermeme"] = tangermeme
     print("\n".join(machine_description(frameworks)))
-    print(f"threads: {torch.get_num_threads()} (torch), 1 (TensorFlow); device: {args.device}")
+    print(
+        f"threads: {torch.get_num_threads()} (torch), 1 (TensorFlow); device: {args.device}; "
+        + ("times: CPU seconds of this process" if args.device == "cpu" else "wall-clock")
+    )
     print()
     print(markdown_table(rows))
     return 0
