@@ -111,7 +111,7 @@ def _call(func: Any, kwargs: dict[str, Any]) -> _Call:
 
 
 def _kind(call: _Call, args: Sequence[Any]) -> str:
-    """ "rescale", "max", or "other" for a call that the passes leave alone."""
+    """The rule of a call: "rescale", "max", or "other" (left alone by the passes)."""
     if call.in_place or not args or not isinstance(args[0], torch.Tensor):
         return "other"
     if call.name in _RESCALE:
@@ -623,8 +623,6 @@ def _refuse_hidden(model: Any) -> None:
 # --------------------------------------------------------------------------- the capability
 class TorchRescaleGradients:
     """Rescale-rule multipliers of torch modules (also Keras 3 models on the torch backend)."""
-
-    device: torch.device
 
     def rescale_layers(self, model: Any, x: torch.Tensor, head: Head) -> RescaleReport:
         _refuse_hidden(model)
