@@ -8,6 +8,7 @@ from __future__ import annotations
 from ._errors import SeqAttribWarning
 from ._version import __version__
 from .attribution import (
+    deep_lift_shap,
     dinucleotide_shuffle,
     expected_integrated_gradients,
     explain,
@@ -30,6 +31,7 @@ __all__ = [
     "TracIn",
     "__version__",
     "decode",
+    "deep_lift_shap",
     "dinucleotide_shuffle",
     "expected_integrated_gradients",
     "explain",

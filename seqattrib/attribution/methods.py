@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import parameter_error
+from .deeplift import deep_lift_shap
 from .gradient_methods import expected_integrated_gradients, integrated_gradients, saliency
 from .mutagenesis import ism
 
@@ -14,6 +15,7 @@ METHODS: dict[str, Callable[..., Any]] = {
     "ig": integrated_gradients,
     "eig": expected_integrated_gradients,
     "ism": ism,
+    "deeplift_shap": deep_lift_shap,
 }
 
 
@@ -21,14 +23,14 @@ def explain(model: Any, X: Any, *, method: str = "eig", **kwargs: Any) -> Any:
     """Run one attribution method by name.
 
     Use this from scripts and pipelines that choose the method at run time; it forwards every
-    keyword to ``saliency``, ``integrated_gradients``, ``expected_integrated_gradients`` or
-    ``ism``.
+    keyword to ``saliency``, ``integrated_gradients``, ``expected_integrated_gradients``,
+    ``ism`` or ``deep_lift_shap``.
 
     Parameters
     ----------
     model : torch.nn.Module, keras.Model, tf.Module or callable
     X : array of shape (n_sequences, length, 4) or (n_sequences, 4, length)
-    method : {"eig", "ig", "saliency", "ism"}
+    method : {"eig", "ig", "saliency", "ism", "deeplift_shap"}
     **kwargs
         The chosen method's keyword arguments; the integration rule, ``method=`` of
         ``integrated_gradients``, is ``quadrature=`` here.

@@ -9,6 +9,8 @@ combine them with ``+ - *`` (which both frameworks overload) and with the primit
 - ``ParameterGradients``: what data attribution needs (state assignment, checkpoint files,
   per-example gradients of a function written above the backends, the last dense layer, a few
   math ops those functions are written in).
+- ``RescaleGradients``: modified gradients for rescale rules (DeepLIFT, DeepSHAP): a model run
+  on inputs and their references in which every nonlinearity it finds uses the rescale rule.
 
 A method asks for a capability by type (``backends.capability(backend, WindowedForward, func)``);
 a backend declares one by implementing it (the capability classes are ``runtime_checkable``).
@@ -263,6 +265,76 @@ class ParameterGradients(Protocol):
     def sigmoid_cross_entropy(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Elementwise binary cross-entropy of logits against targets in [0, 1],
         ``softplus(z) - z t``: (B, K), (B, K) -> (B, K); the framework's own kernel."""
+
+
+#: Below this |z_ref - z_input| an elementwise nonlinearity takes its gradient instead of the
+#: rescale rule's secant, which float32 rounding turns into noise there (tangermeme and SHAP
+#: use the same threshold).
+RESCALE_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class RescaleReport:
+    """What a backend found in a model for the rescale rules (descriptions for messages).
+
+    ``rescaled``: elementwise nonlinearities under the rescale rule; ``max_rule``: max pooling
+    and max reductions under DeepLIFT's max rule; ``by_gradient``: input-dependent operations
+    that no rule covers and that are not linear (they keep their gradient, so attributions no
+    longer sum to the output difference exactly).
+    """
+
+    rescaled: tuple[str, ...] = ()
+    max_rule: tuple[str, ...] = ()
+    by_gradient: tuple[str, ...] = ()
+
+
+class RescaleUnsupported(ValueError):
+    """The rescale rules cannot be applied to this model: ``received`` describes the model
+    (naming the operation: a softmax before the target, an in-place nonlinearity, a part of the
+    model the backend cannot see into), ``fix`` says what to do."""
+
+    def __init__(self, received: str, fix: str = "") -> None:
+        self.received, self.fix = received, fix
+        super().__init__(f"{received}. {fix}".strip() if fix else received)
+
+
+@runtime_checkable
+class RescaleGradients(Protocol):
+    """Modified gradients for rescale rules (DeepLIFT, DeepSHAP).
+
+    A batch holds n inputs and R references; reference row r is compared with input row
+    ``index[r]``. Elementwise nonlinearities take the multiplier (f(z_r) - f(z_x)) / (z_r - z_x)
+    (their gradient where |z_r - z_x| < 1e-6); max pooling and max reductions route the change
+    of their output to the positions that hold the maximum for the input and for the reference
+    (DeepLIFT's max rule, the input's routing where z_r == z_x); linear operations keep their
+    gradient. The model is left as it was when a call returns or raises.
+    """
+
+    def rescale_layers(self, model: Any, x: Tensor, head: Head) -> RescaleReport:
+        """Find the nonlinearities of ``head(model(x))`` (one forward pass on ``x``).
+
+        Raises ``RescaleUnsupported`` naming the operation for a softmax on the way to the
+        outputs, an in-place nonlinearity, or a nonlinearity the backend cannot reach.
+        """
+
+    def rescale_gradients(
+        self,
+        model: Any,
+        inputs: Tensor,
+        references: Tensor,
+        index: Tensor,
+        targets: Sequence[int],
+        head: Head,
+        vectorised: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The rescale-rule multipliers of K selected outputs of ``head(model(.))``.
+
+        ``inputs`` (n, *row), ``references`` (R, *row), ``index`` (R,) int64 rows of
+        ``inputs``. Returns the selected outputs of the inputs (n, K) and of the references
+        (R, K), and the multipliers (R, K, *row): for every reference row and target, the
+        modified gradient with respect to the input, so that f(x) - f(r) = sum of
+        (x - r) * multipliers when every nonlinearity is covered.
+        """
 
 
 class CheckpointMismatch(ValueError):

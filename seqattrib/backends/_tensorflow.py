@@ -18,6 +18,7 @@ from ._tensorflow_params import (
     is_keras,
     state_variables,
 )
+from ._tensorflow_rescale import TensorFlowRescaleGradients
 from ._tensorflow_windows import TensorFlowWindowedForward
 
 _DTYPES = {"float32": tf.float32, "int64": tf.int64, "int32": tf.int32}
@@ -71,9 +72,11 @@ class _Ensemble(tf.Module):
         return tf.reduce_mean(tf.stack(outputs), axis=0)
 
 
-class TensorFlowBackend(TensorFlowWindowedForward, TensorFlowParameterGradients):
+class TensorFlowBackend(
+    TensorFlowWindowedForward, TensorFlowParameterGradients, TensorFlowRescaleGradients
+):
     """Primitives for Keras 3 (TensorFlow backend) models, ``tf.Module`` and callables (core,
-    windowed forward, parameter gradients)."""
+    windowed forward, parameter gradients, rescale gradients)."""
 
     name = "tensorflow"
 

@@ -14,6 +14,7 @@ import torch
 from .._errors import parameter_error
 from ._protocol import Head, OutOfDeviceMemory, TransferStats
 from ._torch_params import TorchParameterGradients
+from ._torch_rescale import TorchRescaleGradients
 from ._torch_windows import TorchWindowedForward
 
 _DTYPES = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32}
@@ -109,9 +110,9 @@ def _eval(model: torch.nn.Module) -> None:
         pass
 
 
-class TorchBackend(TorchWindowedForward, TorchParameterGradients):
+class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGradients):
     """Primitives for ``torch.nn.Module`` models (core, windowed forward, parameter
-    gradients)."""
+    gradients, rescale gradients)."""
 
     name = "torch"
 

@@ -115,8 +115,20 @@ def explain(args: argparse.Namespace) -> str:
         )
         if args.n_baselines is not None:
             kwargs["n_baselines"] = args.n_baselines
+    if args.method == "deeplift_shap":
+        if args.correct_gradient:
+            raise parameter_error(
+                "seqattrib explain",
+                "--correct-gradient",
+                "used with --method saliency, ig or eig",
+                "--method deeplift_shap",
+            )
+        kwargs.update(random_state=args.random_state, baselines=args.baselines or "dinuc_shuffle")
+        if args.n_baselines is not None:
+            kwargs["n_baselines"] = args.n_baselines
+    else:
+        kwargs["correct_gradient"] = args.correct_gradient
     kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
-    kwargs["correct_gradient"] = args.correct_gradient
     path = explain_by_name(model, X, method=args.method, **kwargs)
     print(path)
     return str(path)

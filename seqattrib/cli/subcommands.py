@@ -24,11 +24,13 @@ def _sub(sub: Any, name: str, help: str) -> Parser:
 
 
 def explain(sub: Any) -> Parser:
-    p = _sub(sub, "explain", "saliency, IG or EIG attribution tracks into an HDF5 file")
+    p = _sub(
+        sub, "explain", "saliency, IG, EIG or DeepLIFT/SHAP attribution tracks into an HDF5 file"
+    )
     add_model_and_sequences(p)
     p.add_argument(
         "--method",
-        choices=["saliency", "ig", "eig"],
+        choices=["saliency", "ig", "eig", "deeplift_shap"],
         default="eig",
         help="attribution method (default: %(default)s)",
     )
@@ -37,11 +39,16 @@ def explain(sub: Any) -> Parser:
         type=POSITIVE,
         help="points (gausslegendre) or intervals of each path (default: 25 for ig, 3 for eig)",
     )
-    p.add_argument("--n-baselines", type=POSITIVE, help="eig: baselines per sequence (default: 64)")
+    p.add_argument(
+        "--n-baselines",
+        type=POSITIVE,
+        help="eig, deeplift_shap: baselines per sequence (default: 64 for eig, 20 for "
+        "deeplift_shap)",
+    )
     p.add_argument(
         "--baselines",
         choices=["zeros", "uniform", "shuffle", "dinuc_shuffle", "random"],
-        help="references (default: zeros for ig, dinuc_shuffle for eig)",
+        help="references (default: zeros for ig, dinuc_shuffle for eig and deeplift_shap)",
     )
     p.add_argument(
         "--integration",
@@ -61,7 +68,7 @@ def explain(sub: Any) -> Parser:
     p.add_argument(
         "--correct-gradient",
         action="store_true",
-        help="subtract the mean over the four bases from every gradient",
+        help="saliency, ig, eig: subtract the mean over the four bases from every gradient",
     )
     p.add_argument(
         "--random-state",

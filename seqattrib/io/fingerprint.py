@@ -151,8 +151,8 @@ def _referents(obj: Any) -> list[Any]:
 def model_fingerprint(model: Any, get_state: Callable[[Any], Mapping[str, np.ndarray]]) -> str:
     """A digest of every parameter and buffer of ``model`` (values, dtypes and shapes).
 
-    ``get_state`` is the backend's ``state``: host copies of the model's full state. A list or tuple of
-    models (an ensemble) is fingerprinted member by member, in order. A plain callable
+    ``get_state`` is the backend's ``state``: host copies of the model's full state. A list or
+    tuple of models (an ensemble) is fingerprinted member by member, in order. A plain callable
     (``backend=`` given) has no state of its own; its digest is its :func:`function_identity`
     together with the state of every model it is bound to, closes over or holds as an
     attribute (one level deep).

@@ -1,0 +1,412 @@
+"""The rescale-gradients capability of the TensorFlow backend (DeepLIFT, DeepSHAP).
+
+One device batch holds the inputs (n rows) and their references (R rows): every operation sees
+the activations of both, so a rule reads a reference row against the input row it is paired
+with (``index``). The model runs in a ``tf.function`` whose backward pass uses ``tf.gradients``,
+which (unlike ``GradientTape``) honours the graph's gradient overrides, so the rules reach every
+TensorFlow operation the model makes, inside custom layers and ``Lambda`` layers too:
+
+- elementwise activation operations (``Relu``, ``Elu``, ``Sigmoid``, ``Tanh``, ``Softplus``,
+  ...) take the rescale rule through a gradient override;
+- ``MaxPool`` and ``Max`` (max pooling, global max pooling) take DeepLIFT's max rule;
+- a Keras layer's activation (``Conv1D(..., activation="gelu")``, ``Activation("silu")``)
+  is rescaled as one elementwise function, also where TensorFlow writes it as several
+  operations (GELU, SiLU): while a call runs, each such layer's ``activation`` attribute is
+  wrapped, and the original is put back when the call returns or raises.
+
+``rescale_layers`` traces the model once and reads the operations between the input and the
+outputs: a softmax, a nested ``tf.function`` (whose inside the overrides cannot reach) and a
+nonlinearity on a batch axis other than 0 are refused; other input-dependent operations that
+are not linear (layer normalisation, products of two activations) are listed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
+
+from ._protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
+from ._tensorflow_params import call_model, is_keras
+
+_RESCALE_OPS = frozenset("Relu Relu6 Elu Selu LeakyRelu Sigmoid Tanh Softplus Softsign Exp".split())
+_MAX_OPS = frozenset(["MaxPool", "Max"])
+_SOFTMAX_OPS = frozenset(["Softmax", "LogSoftmax"])
+_CALL_OPS = frozenset(["PartitionedCall", "StatefulPartitionedCall"])
+#: Linear in every input-dependent input (or the identity at inference).
+_LINEAR_OPS = frozenset(
+    """Identity ExpandDims Squeeze Reshape Transpose ConcatV2 Pack Unpack Split SplitV Slice
+    StridedSlice Pad PadV2 MirrorPad Tile BroadcastTo Cast Conv2D Conv3D DepthwiseConv2dNative
+    Conv2DBackpropInput BiasAdd Add AddV2 AddN Sub Neg Mean Sum AvgPool AvgPool3D GatherV2
+    ResourceGather Cumsum ReverseV2 ResizeNearestNeighbor ResizeBilinear StopGradient
+    PreventGradient ZerosLike OnesLike Shape ShapeN Size Rank Fill NoOp Placeholder Const
+    ReadVariableOp""".split()
+)
+_PRODUCT_OPS = frozenset("Mul MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 Einsum".split())
+_DIVISION_OPS = frozenset("RealDiv Div DivNoNan".split())
+#: Outputs that carry no gradient (shapes, comparisons, indices).
+_NO_GRADIENT_OPS = frozenset(
+    """Shape ShapeN Size Rank Equal NotEqual Greater GreaterEqual Less LessEqual ArgMax ArgMin
+    LogicalAnd LogicalOr LogicalNot IsNan IsFinite Sign Round Floor Ceil""".split()
+)
+
+_SCOPE = "seqattrib_rescale"
+_OVERRIDES = {op: "SeqAttribRescale" for op in _RESCALE_OPS} | {
+    op: "SeqAttribMaxRule" for op in _MAX_OPS
+}
+
+
+# --------------------------------------------------------------------------- the pairing
+@dataclass
+class _Pairing:
+    """While a rescale function is traced: the number of input rows at the top of the batch,
+    the input row of each reference row, and the activations the wrappers rescaled."""
+
+    n: Any  # scalar int32 tensor
+    index: Any  # (R,) int32 tensor
+    wrapped: list[str] = field(default_factory=list)
+    differentiated: set[str] = field(default_factory=set)  # names of overridden operations
+
+
+_local = threading.local()
+
+
+def _pairing() -> _Pairing | None:
+    return getattr(_local, "pairing", None)
+
+
+@contextmanager
+def _paired(pairing: _Pairing) -> Iterator[_Pairing]:
+    previous = _pairing()
+    _local.pairing = pairing
+    try:
+        yield pairing
+    finally:
+        _local.pairing = previous
+
+
+def _split(t: tf.Tensor, pairing: _Pairing) -> tuple[tf.Tensor, tf.Tensor]:
+    """(each reference row's input row, the reference rows) of a batch tensor."""
+    return tf.gather(t[: pairing.n], pairing.index), t[pairing.n :]
+
+
+def _with_input_rows(t: tf.Tensor, reference_rows: tf.Tensor, pairing: _Pairing) -> tf.Tensor:
+    """Zero gradient for the input rows (only the references' gradients are read)."""
+    return tf.concat([tf.zeros_like(t[: pairing.n]), reference_rows], axis=0)
+
+
+def _secant(
+    z: tf.Tensor, y: tf.Tensor, grad: tf.Tensor, plain: tf.Tensor, pairing: _Pairing
+) -> tf.Tensor:
+    """The rescale rule for the reference rows: grad * (f(z) - f(z_x)) / (z - z_x), or
+    ``plain`` (grad * f'(z)) where |z - z_x| < RESCALE_EPS."""
+    z_x, z_r = _split(z, pairing)
+    y_x, y_r = _split(y, pairing)
+    dz = z_r - z_x
+    small = tf.abs(dz) < RESCALE_EPS
+    secant = (y_r - y_x) / tf.where(small, tf.ones_like(dz), dz)
+    return tf.where(small, plain, grad[pairing.n :] * secant)
+
+
+# --------------------------------------------------------------------------- the overrides
+def _rescale_gradient(op: Any, grad: tf.Tensor) -> list[Any]:
+    pairing = _pairing()
+    assert pairing is not None, "the rescale override is only used while a pairing is active"
+    pairing.differentiated.add(op.name)
+    plain = tf_ops._gradient_registry.lookup(op.type)(op, grad)
+    plain = plain[0] if isinstance(plain, (list, tuple)) else plain
+    z, y = op.inputs[0], op.outputs[0]
+    routed = _secant(z, y, grad, plain[pairing.n :], pairing)
+    return [_with_input_rows(z, routed, pairing)] + [None] * (len(op.inputs) - 1)
+
+
+def _route(op: Any, z: tf.Tensor, y: tf.Tensor, grad: tf.Tensor) -> tf.Tensor:
+    """The max operation's own gradient at input ``z`` (output ``y``) for upstream ``grad``:
+    ``grad`` sent to the positions holding the maxima (shared among ties for ``Max``)."""
+    if op.type == "MaxPool":
+        return tf.raw_ops.MaxPoolGrad(
+            orig_input=z,
+            orig_output=y,
+            grad=grad,
+            ksize=op.get_attr("ksize"),
+            strides=op.get_attr("strides"),
+            padding=op.get_attr("padding"),
+            explicit_paddings=op.get_attr("explicit_paddings"),
+            data_format=op.get_attr("data_format"),
+        )
+    axes = tf.math.floormod(tf.reshape(op.inputs[1], [-1]), tf.rank(z))
+    kept = tf.tensor_scatter_nd_update(
+        tf.shape(z), axes[:, None], tf.ones_like(axes, dtype=tf.int32)
+    )
+    y, grad = tf.reshape(y, kept), tf.reshape(grad, kept)
+    hits = tf.cast(tf.equal(y, z), grad.dtype)
+    return hits / tf.reduce_sum(hits, axis=axes, keepdims=True) * grad
+
+
+def _max_gradient(op: Any, grad: tf.Tensor) -> list[Any]:
+    """DeepLIFT's max rule: grad * max(y_x - y_r, 0) routed to the input's maxima plus
+    grad * min(y_x - y_r, 0) routed to the reference's, over z_x - z_r; where z_x == z_r,
+    the input's routing of grad."""
+    pairing = _pairing()
+    assert pairing is not None, "the max-rule override is only used while a pairing is active"
+    pairing.differentiated.add(op.name)
+    z, y = op.inputs[0], op.outputs[0]
+    z_x, z_r = _split(z, pairing)
+    y_x, y_r = _split(y, pairing)
+    g = grad[pairing.n :]
+    gap = y_x - y_r
+    to_input = _route(op, z_x, y_x, g * tf.maximum(gap, 0.0))
+    to_reference = _route(op, z_r, y_r, g * tf.minimum(gap, 0.0))
+    dz = z_x - z_r
+    unchanged = tf.equal(dz, 0.0)
+    routed = tf.where(
+        unchanged,
+        _route(op, z_x, y_x, g),
+        (to_input + to_reference) / tf.where(unchanged, tf.ones_like(dz), dz),
+    )
+    return [_with_input_rows(z, routed, pairing)] + [None] * (len(op.inputs) - 1)
+
+
+def _register() -> None:
+    for name, fn in (("SeqAttribRescale", _rescale_gradient), ("SeqAttribMaxRule", _max_gradient)):
+        try:
+            tf.RegisterGradient(name)(fn)
+        except KeyError:  # registered by an earlier import of this module
+            pass
+
+
+_register()
+
+
+# --------------------------------------------------------------------------- Keras activations
+def _elementwise_activation(fn: Any) -> bool:
+    """A Keras activation (or TensorFlow function) known to act elementwise, other than the
+    identity: one that the wrappers may rescale as a whole."""
+    from ._keras_graph import _KERAS_ACTIVATIONS, _LAST_AXIS_ACTIVATIONS, _TF_ELEMENTWISE
+
+    name = getattr(fn, "__name__", "")
+    if id(fn) in _KERAS_ACTIVATIONS:
+        return name not in _LAST_AXIS_ACTIVATIONS and name != "linear"
+    module = getattr(fn, "__module__", "") or ""
+    return module.startswith("tensorflow") and name in _TF_ELEMENTWISE and name != "identity"
+
+
+class _RescaledActivation:
+    """Stands in for a layer's ``activation`` while a call runs: the original function, with
+    the rescale rule as its gradient when a pairing is active (else exactly the original)."""
+
+    def __init__(self, activation: Callable[..., Any], layer: Any) -> None:
+        self.activation = activation
+        self.label = f"{getattr(activation, '__name__', 'activation')} (layer '{layer.name}')"
+        self.__name__ = getattr(activation, "__name__", "activation")
+
+    def __call__(self, z: Any, *args: Any, **kwargs: Any) -> Any:
+        pairing = _pairing()
+        if pairing is None:
+            return self.activation(z, *args, **kwargs)
+        pairing.wrapped.append(self.label)
+
+        def f(t: tf.Tensor) -> tf.Tensor:
+            return self.activation(t, *args, **kwargs)
+
+        with tf.name_scope(_SCOPE):
+
+            @tf.custom_gradient
+            def rescaled(t: tf.Tensor) -> Any:
+                y = f(t)
+
+                def gradient(grad: tf.Tensor) -> tf.Tensor:
+                    z_r = t[pairing.n :]
+                    with tf.GradientTape() as tape:  # a tape ignores the overrides: f'
+                        tape.watch(z_r)
+                        y_r = f(z_r)
+                    plain = tape.gradient(y_r, z_r, output_gradients=grad[pairing.n :])
+                    return _with_input_rows(t, _secant(t, y, grad, plain, pairing), pairing)
+
+                return y, gradient
+
+            return rescaled(z)
+
+
+@contextmanager
+def _wrapped_activations(model: Any) -> Iterator[None]:
+    """Each Keras layer's elementwise ``activation`` wrapped for the duration (set and put back
+    with ``object.__setattr__``, outside Keras's attribute tracking)."""
+    layers = []
+    if is_keras(model) and hasattr(model, "_flatten_layers"):
+        layers = list(model._flatten_layers(include_self=True, recursive=True))
+    saved = []
+    try:
+        for layer in layers:
+            activation = layer.__dict__.get("activation")
+            if activation is not None and _elementwise_activation(activation):
+                saved.append((layer, activation))
+                object.__setattr__(layer, "activation", _RescaledActivation(activation, layer))
+        yield
+    finally:
+        for layer, activation in saved:
+            object.__setattr__(layer, "activation", activation)
+
+
+# --------------------------------------------------------------------------- reading a model
+_PROBE_ROWS = 3  # one input and two references: an odd batch, so that another axis shows
+_SOFTMAX_FIX = (
+    "DeepLIFT's rules do not cover a softmax: explain the logits instead, with a model that "
+    "returns the values before the softmax (e.g. the last Dense layer with activation=None; "
+    "output_fn can pick or reduce them)."
+)
+
+
+def _ancestors(tensor: tf.Tensor) -> set[Any]:
+    """The operations whose gradient reaches ``tensor``: those it is computed from (the
+    forward pass, not its gradient), except behind a stop_gradient."""
+    seen: set[Any] = set()
+    todo = [tensor.op]
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if op.type not in ("StopGradient", "PreventGradient"):
+            todo.extend(t.op for t in op.inputs)
+    return seen
+
+
+def _read_graph(
+    graph: Any, placeholder: tf.Tensor, out: tf.Tensor, pairing: _Pairing
+) -> RescaleReport:
+    """Classify the input-dependent operations of the forward pass from ``placeholder`` to
+    ``out`` (a graph traced with the overrides, and differentiated once)."""
+    forward = _ancestors(out)
+    dependent = {placeholder.ref()}
+    rescaled: list[str] = list(dict.fromkeys(pairing.wrapped))
+    max_rule: list[str] = []
+    by_gradient: list[str] = []
+    for op in graph.get_operations():
+        if op not in forward:
+            continue
+        reads = [t for t in op.inputs if t.ref() in dependent]
+        if not reads or op.type in _NO_GRADIENT_OPS:
+            continue
+        for t in op.outputs:
+            dependent.add(t.ref())
+        if not any(t.dtype.is_floating for t in op.outputs) or _SCOPE in op.name.split("/"):
+            continue  # no values, or inside a wrapped activation
+        label = f"{op.type} ('{op.name}')"
+        if op.type in _SOFTMAX_OPS:
+            raise RescaleUnsupported(
+                f"a model that applies {label} on the way to its outputs", _SOFTMAX_FIX
+            )
+        if op.type in _CALL_OPS:
+            raise RescaleUnsupported(
+                f"a model that calls a compiled function ({label}, e.g. a layer decorated "
+                "with tf.function), whose nonlinearities are out of the rules' reach",
+                "Call that code without tf.function.",
+            )
+        if op.type in _RESCALE_OPS or op.type in _MAX_OPS:
+            rows = op.inputs[0].shape[0] if op.inputs[0].shape.rank else None
+            if rows != _PROBE_ROWS:
+                raise RescaleUnsupported(
+                    f"a model whose {label} receives a tensor of shape {op.inputs[0].shape} "
+                    f"for a batch of {_PROBE_ROWS} rows",
+                    "The rules pair rows on axis 0: apply nonlinearities before moving or "
+                    "merging the batch axis.",
+                )
+            if op.name not in pairing.differentiated:
+                raise RescaleUnsupported(
+                    f"a model whose {label} lies inside a custom gradient (a "
+                    "tf.custom_gradient function, or a TensorFlow function written with one "
+                    "such as tf.nn.silu), which replaces the rules with its own gradient",
+                    "Use the Keras activation (activation='silu' on the layer, or "
+                    "keras.layers.Activation), which the rules rescale as a whole.",
+                )
+            (rescaled if op.type in _RESCALE_OPS else max_rule).append(label)
+        elif op.type in _PRODUCT_OPS:
+            if len(reads) > 1:
+                by_gradient.append(f"{op.type} of two input-dependent tensors ('{op.name}')")
+        elif op.type in _DIVISION_OPS:
+            if len(op.inputs) > 1 and op.inputs[1].ref() in dependent:
+                by_gradient.append(f"division by an input-dependent tensor ('{op.name}')")
+        elif op.type not in _LINEAR_OPS:
+            by_gradient.append(label)
+    return RescaleReport(tuple(rescaled), tuple(max_rule), tuple(dict.fromkeys(by_gradient)))
+
+
+def _paired_pass(
+    model: Any, head: Head, inputs: tf.Tensor, references: tf.Tensor, pairing: _Pairing
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The batch [inputs; references] and the model's (batch, K) outputs, with the rules."""
+    batch = tf.concat([inputs, references], axis=0)
+    graph = tf.compat.v1.get_default_graph()
+    with graph.gradient_override_map(_OVERRIDES):
+        return batch, tf.cast(head(call_model(model, batch)), tf.float32)
+
+
+# --------------------------------------------------------------------------- the capability
+class TensorFlowRescaleGradients:
+    """Rescale-rule multipliers of Keras 3 (TensorFlow backend) models and ``tf.Module`` s."""
+
+    _functions: Callable[[Any, Any], dict[Any, Any]]
+
+    def rescale_layers(self, model: Any, x: tf.Tensor, head: Head) -> RescaleReport:
+        found: dict[str, Any] = {}
+
+        def probe(inputs: tf.Tensor, references: tf.Tensor) -> tf.Tensor:
+            pairing = _Pairing(tf.shape(inputs)[0], tf.zeros([2], tf.int32))
+            with _paired(pairing):
+                batch, out = _paired_pass(model, head, inputs, references, pairing)
+                tf.gradients(tf.reduce_sum(out[1:]), batch)
+            found.update(pairing=pairing, out=out)
+            return out
+
+        spec = tf.TensorSpec((1, *x.shape[1:]), x.dtype)
+        refs = tf.TensorSpec((_PROBE_ROWS - 1, *x.shape[1:]), x.dtype)
+        with _wrapped_activations(model):
+            traced = tf.function(probe).get_concrete_function(spec, refs)
+        # the probe's batch: the concatenation of its two inputs
+        batch = next(op for op in traced.graph.get_operations() if op.type == "ConcatV2")
+        return _read_graph(traced.graph, batch.outputs[0], found["out"], found["pairing"])
+
+    def rescale_gradients(
+        self,
+        model: Any,
+        inputs: tf.Tensor,
+        references: tf.Tensor,
+        index: tf.Tensor,
+        targets: Sequence[int],
+        head: Head,
+        vectorised: bool,
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        fns = self._functions(model, head)
+        key = ("rescale", len(targets))
+        if key not in fns:
+            fns[key] = _rescale_function(model, head, len(targets))
+        selected = tf.constant(list(targets), dtype=tf.int32)
+        try:
+            with _wrapped_activations(model):
+                return fns[key](inputs, references, tf.cast(index, tf.int32), selected)
+        except tf.errors.ResourceExhaustedError as exc:
+            raise OutOfDeviceMemory(str(exc)) from exc
+
+
+def _rescale_function(model: Any, head: Head, k: int) -> Callable[..., Any]:
+    @tf.function(reduce_retracing=True)
+    def rescale_fn(
+        inputs: tf.Tensor, references: tf.Tensor, index: tf.Tensor, targets: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        n = tf.shape(inputs)[0]
+        pairing = _Pairing(n, index)
+        with _paired(pairing):
+            batch, out = _paired_pass(model, head, inputs, references, pairing)
+            chosen = tf.gather(out, targets, axis=1)
+            # rows are independent in eval mode: the gradient of a sum over the reference
+            # rows is every reference row's own gradient
+            grads = [tf.gradients(tf.reduce_sum(chosen[n:, i]), batch)[0][n:] for i in range(k)]
+        return chosen[:n], chosen[n:], tf.stack(grads, axis=1)
+
+    return rescale_fn
