@@ -36,7 +36,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "benchmarks")]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import models  # noqa: E402
 import numpy as np  # noqa: E402

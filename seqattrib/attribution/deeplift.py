@@ -96,6 +96,7 @@ def deep_lift_shap(
     overwrite: bool = False,
     regions: Any = None,
     shard: tuple[int, int] | None = None,
+    args: Any = None,
     return_delta: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | str:
     """DeepLIFT (rescale rule) averaged over dinucleotide-shuffled references: DeepSHAP.
@@ -128,8 +129,8 @@ def deep_lift_shap(
     [[output_fn]]
     baselines : str, array or callable
         The references: ``"dinuc_shuffle"`` (keeps every dinucleotide count), ``"shuffle"``,
-        ``"random"``, ``"zeros"``, ``"uniform"``, an array (n_baselines, *X.shape[1:]) shared
-        by all sequences or (n_sequences, n_baselines, *X.shape[1:]), or
+        ``"random"``, ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])``
+        shared by all sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or
         ``fn(x, n_baselines, rng)``.
     n_baselines : int
         References per sequence (constant references collapse to one: they are all equal).
@@ -148,6 +149,7 @@ def deep_lift_shap(
     [[overwrite]]
     [[regions]]
     [[shard]]
+    [[args]]
     return_delta : bool
         Also return f(x) - mean_j f(r_j) - sum of the contributions (with
         ``multiply_by_inputs=False``, of the contributions the hypothetical scores imply), of

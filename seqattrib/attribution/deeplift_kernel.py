@@ -71,9 +71,18 @@ class DeepLiftKernel:
         self.return_delta = return_delta
         self.func = func
         self._shared = backend.asarray(baselines.shared) if baselines.shared is not None else None
+        self.extras = context.extras
+        self._fixed = [] if self.extras is None else self.extras.fixed(backend)
         first = backend.asarray(context.source.read(0, 1))
+        first_extras: list[Tensor] = []
+        if self.extras is not None:
+            chunk = self.extras.chunk(backend, 0, 1)
+            zero = backend.asarray(np.zeros(1), "int64")
+            first_extras = self.extras.for_rows(backend, chunk, self._fixed, zero)
         with refusals(func):
-            self.report: RescaleReport = self.rescale.rescale_layers(self.model, first, self.head)
+            self.report: RescaleReport = self.rescale.rescale_layers(
+                self.model, first, self.head, first_extras
+            )
         self._warned = False
 
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
@@ -81,7 +90,19 @@ class DeepLiftKernel:
         if self.baselines.per_sequence is not None:
             b = self.baselines.per_sequence(x, first)
             payload["b"] = self.backend.asarray(b)  # (n, B, *row): sequences on axis 0
+        if self.extras is not None:
+            payload.update(self.extras.chunk(self.backend, first, len(x)))
         return payload
+
+    def _other_inputs(
+        self, payload: dict[str, Tensor], sequences: Tensor, segment_ids: Tensor
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """The model's other inputs for the batch's sequences and for its reference rows."""
+        if self.extras is None:
+            return [], []
+        be = self.backend
+        of_inputs = self.extras.for_rows(be, payload, self._fixed, sequences)
+        return of_inputs, [be.take(e, segment_ids) for e in of_inputs]
 
     def _references(
         self, payload: dict[str, Tensor], x_rows: Tensor, local: np.ndarray, j: np.ndarray
@@ -112,8 +133,10 @@ class DeepLiftKernel:
         n_rows = len(local)
         expand = (n_rows, 1, *self.row_shape)
         # the batch's sequences once each (segment numbers them from 0, local rows in order)
-        inputs = be.take(payload["x"], be.asarray(local[0] + np.arange(n_segments), "int64"))
+        sequences = be.asarray(local[0] + np.arange(n_segments), "int64")
+        inputs = be.take(payload["x"], sequences)
         segment_ids = be.asarray(segment, "int64")
+        extras = self._other_inputs(payload, sequences, segment_ids)
         x_rows = be.take(inputs, segment_ids)
         references = self._references(payload, x_rows, local, row_in_sequence)
         with refusals(self.func):
@@ -125,6 +148,7 @@ class DeepLiftKernel:
                 self.targets,
                 self.head,
                 self.vectorised,
+                extras,
             )
         # hypothetical scores: m[b] - sum_c r[c] m[c] (the mean over the 4 bases, times 4:
         # exact, 4 is a power of two)

@@ -310,8 +310,10 @@ class RescaleGradients(Protocol):
     gradient. The model is left as it was when a call returns or raises.
     """
 
-    def rescale_layers(self, model: Any, x: Tensor, head: Head) -> RescaleReport:
-        """Find the nonlinearities of ``head(model(x))`` (one forward pass on ``x``).
+    def rescale_layers(
+        self, model: Any, x: Tensor, head: Head, extras: Sequence[Tensor] = ()
+    ) -> RescaleReport:
+        """Find the nonlinearities of ``head(model(x, *extras))`` (one forward pass on ``x``).
 
         Raises ``RescaleUnsupported`` naming the operation for a softmax on the way to the
         outputs, an in-place nonlinearity, or a nonlinearity the backend cannot reach.
@@ -326,8 +328,10 @@ class RescaleGradients(Protocol):
         targets: Sequence[int],
         head: Head,
         vectorised: bool,
+        extras: tuple[Sequence[Tensor], Sequence[Tensor]] = ((), ()),
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """The rescale-rule multipliers of K selected outputs of ``head(model(.))``.
+        """The rescale-rule multipliers of K selected outputs of ``head(model(.))``; ``extras``
+        are the model's other inputs for the rows of ``inputs`` and of ``references``.
 
         ``inputs`` (n, *row), ``references`` (R, *row), ``index`` (R,) int64 rows of
         ``inputs``. Returns the selected outputs of the inputs (n, K) and of the references

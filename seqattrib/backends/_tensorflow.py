@@ -15,7 +15,6 @@ from ._protocol import Head, OutOfDeviceMemory, TransferStats
 from ._tensorflow_params import (
     TensorFlowParameterGradients,
     call_model,
-    is_keras,
     state_variables,
 )
 from ._tensorflow_rescale import TensorFlowRescaleGradients
@@ -40,15 +39,6 @@ def _tf_device(device: Any) -> str | None:
     return f"/{kind}:{index or 0}"
 
 
-def _call(model: Any, x: tf.Tensor, extras: Sequence[tf.Tensor]) -> Any:
-    """A forward pass with the model's extra inputs (a Keras model takes them in one list)."""
-    if not extras:
-        return call_model(model, x)
-    if is_keras(model):
-        return model([x, *extras], training=False)
-    return model(x, *extras)
-
-
 class _Transposed(tf.Module):
     """A model fed X with axes 1 and 2 swapped (see ``TensorFlowBackend.adapt``)."""
 
@@ -57,7 +47,7 @@ class _Transposed(tf.Module):
         self.model = model
 
     def __call__(self, x: tf.Tensor, *extras: tf.Tensor) -> Any:
-        return _call(self.model, tf.transpose(x, (0, 2, 1)), extras)
+        return call_model(self.model, tf.transpose(x, (0, 2, 1)), extras)
 
 
 class _Ensemble(tf.Module):
@@ -68,7 +58,7 @@ class _Ensemble(tf.Module):
         self.members, self.head = list(models), head
 
     def __call__(self, x: tf.Tensor, *extras: tf.Tensor) -> tf.Tensor:
-        outputs = [tf.cast(self.head(_call(m, x, extras)), tf.float32) for m in self.members]
+        outputs = [tf.cast(self.head(call_model(m, x, extras)), tf.float32) for m in self.members]
         return tf.reduce_mean(tf.stack(outputs), axis=0)
 
 
@@ -184,7 +174,7 @@ class TensorFlowBackend(
 
             @tf.function(reduce_retracing=True, autograph=False)
             def forward_fn(inputs: tf.Tensor, *more: tf.Tensor) -> tf.Tensor:
-                return tf.cast(head(_call(model, inputs, more)), tf.float32)
+                return tf.cast(head(call_model(model, inputs, more)), tf.float32)
 
             fns["forward"] = forward_fn
         try:
@@ -233,7 +223,7 @@ class TensorFlowBackend(
         ) -> tuple[tf.Tensor, tf.Tensor]:
             with tf.GradientTape(persistent=not single and not pfor) as tape:
                 tape.watch(inputs)
-                out = tf.cast(head(_call(model, inputs, more)), tf.float32)
+                out = tf.cast(head(call_model(model, inputs, more)), tf.float32)
                 selected = tf.gather(out, index, axis=1)
                 # Rows are independent in eval mode, so the gradient of a sum over rows is
                 # every row's own gradient. Sums are taken on the tape.

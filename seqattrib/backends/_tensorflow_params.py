@@ -19,9 +19,12 @@ def is_keras(model: Any) -> bool:
     return keras is not None and isinstance(model, keras.Layer)
 
 
-def call_model(model: Any, x: tf.Tensor) -> Any:
-    """A forward pass in inference mode (Keras layers take ``training=False``)."""
-    return model(x, training=False) if is_keras(model) else model(x)
+def call_model(model: Any, x: tf.Tensor, extras: Sequence[tf.Tensor] = ()) -> Any:
+    """A forward pass in inference mode (Keras layers take ``training=False``), with the
+    model's other inputs (a Keras model takes them with x in one list)."""
+    if is_keras(model):
+        return model([x, *extras] if extras else x, training=False)
+    return model(x, *extras)
 
 
 class TensorFlowParameterGradients:

@@ -338,13 +338,20 @@ def _read_graph(
 
 
 def _paired_pass(
-    model: Any, head: Head, inputs: tf.Tensor, references: tf.Tensor, pairing: _Pairing
+    model: Any,
+    head: Head,
+    inputs: tf.Tensor,
+    references: tf.Tensor,
+    pairing: _Pairing,
+    extras: tuple[Sequence[tf.Tensor], Sequence[tf.Tensor]] = ((), ()),
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The batch [inputs; references] and the model's (batch, K) outputs, with the rules."""
+    """The batch [inputs; references] and the model's (batch, K) outputs, with the rules
+    (``extras``: the model's other inputs for the inputs' rows and for the references')."""
     batch = tf.concat([inputs, references], axis=0)
+    more = [tf.concat([a, b], axis=0) for a, b in zip(*extras, strict=True)]
     graph = tf.compat.v1.get_default_graph()
     with graph.gradient_override_map(_OVERRIDES):
-        return batch, tf.cast(head(call_model(model, batch)), tf.float32)
+        return batch, tf.cast(head(call_model(model, batch, more)), tf.float32)
 
 
 # --------------------------------------------------------------------------- the capability
@@ -353,13 +360,17 @@ class TensorFlowRescaleGradients:
 
     _functions: Callable[[Any, Any], dict[Any, Any]]
 
-    def rescale_layers(self, model: Any, x: tf.Tensor, head: Head) -> RescaleReport:
+    def rescale_layers(
+        self, model: Any, x: tf.Tensor, head: Head, extras: Sequence[tf.Tensor] = ()
+    ) -> RescaleReport:
         found: dict[str, Any] = {}
+        more = list(extras)
 
         def probe(inputs: tf.Tensor, references: tf.Tensor) -> tf.Tensor:
             pairing = _Pairing(tf.shape(inputs)[0], tf.zeros([2], tf.int32))
+            tiled = [tf.repeat(e, _PROBE_ROWS - 1, axis=0) for e in more]
             with _paired(pairing):
-                batch, out = _paired_pass(model, head, inputs, references, pairing)
+                batch, out = _paired_pass(model, head, inputs, references, pairing, (more, tiled))
                 tf.gradients(tf.reduce_sum(out[1:]), batch)
             found.update(pairing=pairing, out=out)
             return out
@@ -381,6 +392,7 @@ class TensorFlowRescaleGradients:
         targets: Sequence[int],
         head: Head,
         vectorised: bool,
+        extras: tuple[Sequence[tf.Tensor], Sequence[tf.Tensor]] = ((), ()),
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         fns = self._functions(model, head)
         key = ("rescale", len(targets))
@@ -389,7 +401,13 @@ class TensorFlowRescaleGradients:
         selected = tf.constant(list(targets), dtype=tf.int32)
         try:
             with _wrapped_activations(model):
-                return fns[key](inputs, references, tf.cast(index, tf.int32), selected)
+                return fns[key](
+                    inputs,
+                    references,
+                    tf.cast(index, tf.int32),
+                    selected,
+                    tuple(map(tuple, extras)),
+                )
         except tf.errors.ResourceExhaustedError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
 
@@ -397,12 +415,16 @@ class TensorFlowRescaleGradients:
 def _rescale_function(model: Any, head: Head, k: int) -> Callable[..., Any]:
     @tf.function(reduce_retracing=True)
     def rescale_fn(
-        inputs: tf.Tensor, references: tf.Tensor, index: tf.Tensor, targets: tf.Tensor
+        inputs: tf.Tensor,
+        references: tf.Tensor,
+        index: tf.Tensor,
+        targets: tf.Tensor,
+        extras: tuple[tuple[tf.Tensor, ...], tuple[tf.Tensor, ...]],
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         n = tf.shape(inputs)[0]
         pairing = _Pairing(n, index)
         with _paired(pairing):
-            batch, out = _paired_pass(model, head, inputs, references, pairing)
+            batch, out = _paired_pass(model, head, inputs, references, pairing, extras)
             chosen = tf.gather(out, targets, axis=1)
             # rows are independent in eval mode: the gradient of a sum over the reference
             # rows is every reference row's own gradient

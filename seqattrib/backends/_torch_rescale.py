@@ -624,13 +624,15 @@ def _refuse_hidden(model: Any) -> None:
 class TorchRescaleGradients:
     """Rescale-rule multipliers of torch modules (also Keras 3 models on the torch backend)."""
 
-    def rescale_layers(self, model: Any, x: torch.Tensor, head: Head) -> RescaleReport:
+    def rescale_layers(
+        self, model: Any, x: torch.Tensor, head: Head, extras: Sequence[torch.Tensor] = ()
+    ) -> RescaleReport:
         _refuse_hidden(model)
         x = x.detach().requires_grad_(True)
         with _module_names(model) as where, torch.enable_grad():
             reader = _ReadModel(where)
             with reader:
-                out = head(model(x))
+                out = head(model(x, *extras))
         if not out.requires_grad:
             raise RescaleUnsupported(
                 "a model whose outputs do not depend on its input through torch operations "
@@ -654,20 +656,22 @@ class TorchRescaleGradients:
         targets: Sequence[int],
         head: Head,
         vectorised: bool,
+        extras: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]] = ((), ()),
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         from ._torch import _backward
 
         selection = list(targets)
+        input_extras, reference_extras = extras
         try:
             recorder = _RecordInputs()
             with torch.no_grad(), recorder:
-                input_outputs = head(model(inputs))[:, selection].float()
+                input_outputs = head(model(inputs, *input_extras))[:, selection].float()
             refs = references.detach().requires_grad_(True)
             pairs = _Pairs(index, keep_multipliers=len(selection) > 1 and not vectorised)
             rules = _ApplyRules(recorder.records, pairs, refs.shape[0])
             with torch.enable_grad():
                 with rules:
-                    selected = head(model(refs))[:, selection]
+                    selected = head(model(refs, *reference_extras))[:, selection]
                 if rules.count != len(recorder.records):
                     raise _different_calls(rules.count, "nothing more", recorder.records)
                 if len(selection) == 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .bigwig import write_bigwig
 from .export import export_bigwig, export_modisco
 from .fasta import Genome, chrom_sizes, read_fasta
+from .merge import merge_tracks
 from .onehot import decode, one_hot
 from .regions import Regions, read_regions, write_bed
 from .tracks import Tracks, read_tracks
@@ -26,6 +27,7 @@ __all__ = [
     "extract_windows",
     "fasta_windows",
     "genome_windows",
+    "merge_tracks",
     "one_hot",
     "read_fasta",
     "read_regions",

@@ -64,6 +64,9 @@ METHODS = {
         m, X, target=[0, 1], n_baselines=3, n_steps=2, batch_size=7, **k
     ),
     "ism": lambda m, X, **k: sa.ism(m, X, target=[0, 2], fast=False, **k),
+    "deeplift_shap": lambda m, X, **k: sa.deep_lift_shap(
+        m, X, target=[0, 1], n_baselines=3, batch_size=5, **k
+    ),
 }
 
 
@@ -82,7 +85,7 @@ def test_a_fixed_input_goes_to_every_row():
     assert_close(got, sa.saliency(Bound(model, CONTROL[2]).eval(), X, target=0), FLOAT32)
 
 
-@pytest.mark.parametrize("method", ["saliency", "ism"])
+@pytest.mark.parametrize("method", ["saliency", "ism", "deeplift_shap"])
 def test_keras_models_with_several_inputs_agree_with_torch(method):
     torch_model = WithControl().eval()
     keras_model = keras_with_control()

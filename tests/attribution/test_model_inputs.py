@@ -19,6 +19,9 @@ METHODS = {
         m, X, target=[0, 2], n_baselines=3, n_steps=3, **k
     ),
     "ism": lambda m, X, **k: sa.ism(m, X, target=[0, 2], fast=False, **k),
+    "deeplift_shap": lambda m, X, **k: sa.deep_lift_shap(
+        m, X, target=[0, 1], n_baselines=3, batch_size=5, **k
+    ),
 }
 
 
