@@ -108,9 +108,20 @@ def run_job(
                     vectorise_targets(be),
                     0 if shard is None else shard.start,
                 )
-                key: Hashable = (func, be.name, str(device), source.row_shape, len(targets))
+                kernel = method.kernel(context)
+                # a kernel may run the method in several ways (ISM: exact or windowed), each
+                # with its own best batch size
+                variant = getattr(kernel, "variant", None)
+                key: Hashable = (
+                    func,
+                    be.name,
+                    str(device),
+                    source.row_shape,
+                    len(targets),
+                    variant,
+                )
                 run_rows(
-                    method.kernel(context),
+                    kernel,
                     todo,
                     be,
                     model,

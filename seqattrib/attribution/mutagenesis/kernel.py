@@ -53,6 +53,7 @@ class IsmKernel:
     ) -> None:
         self.backend, self.model, self.head = backend, model, head
         self.fast = fast
+        self.variant = "fast" if fast is not None else "exact"  # batch sizes cached apart
         self.source, self.window, self.score, self.func = source, window, score, func
         self.rows_per_sequence = rows_per_sequence
         self.length = source.length
@@ -62,6 +63,11 @@ class IsmKernel:
         nlc = source.alphabet_axis == -1
         self._mask_shape = (-1, self.length, 1) if nlc else (-1, 1, self.length)
         self._base_shape = (-1, 1, 4) if nlc else (-1, 4, 1)
+
+    def _selected(self, raw: Any) -> Tensor:
+        """The target outputs of a raw model output."""
+        be: Any = self.backend
+        return be.take(be.outputs(raw, self.head), self._targets, axis=1)
 
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
         be = self.backend
@@ -100,9 +106,8 @@ class IsmKernel:
         position = be.take(be.reshape(payload["position"], (-1,)), entry)
         base = be.take(be.reshape(payload["base"], (-1,)), entry)
         if self.fast is not None:
-            kept = [payload[f"kept{i}"] for i in range(len(self.fast.kept))]
-            raw = self.fast.mutant_outputs(kept, local_t, position, base)
-            outputs = be.take(be.outputs(raw, self.head), self._targets, axis=1)
+            kept = [payload[f"kept{i}"] for i in range(self.fast.n_kept)]
+            outputs = self.fast.mutant_outputs(kept, local_t, position, base, self._selected)
         else:
             x = be.take(payload["x"], local_t)
             at = be.reshape(be.one_hot(position, self.length), self._mask_shape)
