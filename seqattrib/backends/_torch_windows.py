@@ -27,11 +27,13 @@ def _outside(starts: torch.Tensor, width: int, length: int) -> torch.Tensor:
 
 
 #: On a CPU, one windowed pass keeps its largest intermediate tensor under this many bytes.
-#: Larger passes ran slower per mutant (BPNet-like model, L=1000, 64 channels: 0.48 ms per
-#: mutant in passes of 7 mutants, up to 1.4 ms in passes of 15 to 31): the C allocator hands
-#: their large temporaries back to the operating system after a pass, and the next pass
-#: faults them in again (no page faults at 7 per pass, 60 to 400 per mutant at 15 to 31).
-CPU_PASS_BYTES = 2 * 2**20
+#: Smaller passes pay the per-pass cost of some 150 framework calls more often; larger ones
+#: make larger temporaries, which the C allocator hands back to the operating system between
+#: passes and faults in again (FastForward keeps a pass's tensors until the next pass has made
+#: its own, which removes most of that). Full scan of the BPNet-like model (L=1000, 64
+#: channels, 3000 mutants, CPU seconds of three runs): 1.4-1.8 s in passes under 4 MiB,
+#: 1.29-1.45 s under 8 MiB, 1.2-1.6 s under 16 MiB, 1.6-1.8 s under 32 MiB.
+CPU_PASS_BYTES = 8 * 2**20
 
 
 class TorchWindowedForward:

@@ -117,7 +117,7 @@ def ism(
         ``x.shape`` are read; Keras functional and Sequential models, nested models included,
         with extra inputs that the model fills from constants); layers that only outputs
         ``output_fn`` never reads need are skipped. Every call first checks the fast path
-        against the model itself on 14 mutants. ``"auto"`` takes the fast path on a CPU when
+        against the model itself on 7 mutants. ``"auto"`` takes the fast path on a CPU when
         its cost model predicts at most 0.75 of the exact path's time per mutant (the windows'
         multiply-adds, the memory passes that build them, the framework calls per batch), and
         never on a GPU (where the small windowed operations are launch-bound); ``True`` takes

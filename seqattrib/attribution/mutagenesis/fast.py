@@ -242,6 +242,28 @@ class FastForward:
         state.built[key] = value
         return value
 
+    def _window_change(self, n: int, i: int, state: _MutantState) -> Tensor:
+        """Node i's mutant values minus its reference values over its window (what node n
+        convolves). The reference values are read from the reference run of another consumer's
+        expansion of i (``delta_hosts``) before i's window is written into it, or gathered."""
+        be, values = self.backend, state.values
+        key = self.layout.delta_hosts.get(n)
+        if key is None or key in state.built:
+            return values[i] - self._expanded(("reference", i), state)
+        e = self.expansions[key]
+        axis = self.nodes[i].length_axis
+        reference = state.reference[e.i, fill_key(e.fill)]
+        begin = state.rows[self._rows["begin", key]]
+        run = be.gather_windows(reference, state.seq, begin, e.width, axis)
+        offset, width = e.offsets[0], self.plan.widths[i]
+        change = values[i] - be.pad_positions(run, -offset, -(e.width - offset - width), axis)
+        window = values[i]
+        if e.mask:
+            window = be.fill_outside(window, state.starts[i], self.nodes[i].length, e.fill, axis)
+            state.held.append(window)
+        state.built[key] = be.overwrite_windows(run, window, offset, axis)
+        return change
+
     def _mutant_node(self, n: int, state: _MutantState) -> None:
         be, plan, node = self.backend, self.plan, self.nodes[n]
         values = state.values
@@ -262,7 +284,7 @@ class FastForward:
             return
         if plan.delta[n]:
             (i,) = node.inputs
-            change = values[i] - self._expanded(("reference", i), state)
+            change = self._window_change(n, i, state)
             if self.layout.virtual(i):
                 state.held.append(change)
                 change = be.fill_outside(

@@ -72,6 +72,7 @@ class Layout:
                     self.tables.append((c, j, offset))
         self.constants = [c for c in self.cut if not plan.changes[c]]
         self.in_place = self._in_place()
+        self.delta_hosts = self._delta_hosts()
         self.bytes_per_row = self._bytes_per_row()
         self.rows, self.table = self._position_table()
 
@@ -79,6 +80,24 @@ class Layout:
     def n_kept(self) -> int:
         """Tensors the reference pass returns before the raw output."""
         return len(self.kept) + len(self.tables) + len(self.sums) + len(self.constants)
+
+    def _delta_hosts(self) -> dict[int, tuple[Any, int]]:
+        """For a node that adds its change to its reference values, an expansion of its input
+        (for another consumer, e.g. the residual sum after it) that holds the input's window
+        at one offset: the input's reference values over the window are read from that
+        expansion's reference run before the window is written into it (one gather less)."""
+        plan, hosts = self.plan, {}
+        for n in plan.order:
+            if not plan.delta[n] or n in plan.skipped:
+                continue
+            (i,) = self.nodes[n].inputs
+            for key, e in self.expansions.items():
+                low, high = e.offsets
+                fits = low == high and low >= 0 and low + plan.widths[i] <= e.width
+                if e.i == i and e.source is None and not e.reference_only and fits:
+                    hosts[n] = key
+                    break
+        return hosts
 
     def _in_place(self) -> dict[int, int]:
         """Pointwise and merge nodes that may overwrite an input (which one): nothing else reads
