@@ -251,15 +251,18 @@ def run_job(
 def _run(method: Method, context: JobContext, sink: Any, options: RunOptions, block: int) -> None:
     """The engine over the rows left (a method may drive it itself, e.g. in rounds)."""
     todo, be = context.source, context.backend
-    key: Hashable = (
-        method.func,
-        be.name,
-        str(context.device),
-        todo.row_shape,
-        len(context.targets),
-    )
 
     def engine(kernel: Kernel, rows: SequenceSource, into: Any) -> Any:
+        # a kernel may run the method in several ways (ISM: exact or windowed), each with its
+        # own best batch size
+        key: Hashable = (
+            method.func,
+            be.name,
+            str(context.device),
+            todo.row_shape,
+            len(context.targets),
+            getattr(kernel, "variant", None),
+        )
         return run_rows(
             kernel,
             rows,

@@ -3,106 +3,41 @@
 A functional model (or a built ``Sequential``, through the functional model it keeps) records
 every layer call as a ``Node``: ``node.operation`` is the layer, ``node.input_tensors`` and
 ``node.outputs`` the symbolic ``KerasTensor`` s it read and wrote, and the model lists its nodes
-by depth (``model._nodes_by_depth``, deepest first is a topological order). Lengths are worked
-out from ``row_shape`` with each layer's own padding rule, so models built with a free length
-(``keras.Input((None, 4))``) work too.
+by depth (``model._nodes_by_depth``, deepest first is a topological order). Nested functional
+models are read through: their calls are inlined into one flat list (``_Flat``), each tensor
+keyed by the nested calls it sits in. Lengths are worked out from ``row_shape`` with each
+layer's own padding rule, so models built with a free length (``keras.Input((None, 4))``) work
+too.
 
-A layer call becomes a ``LocalNode`` when every tensor it reads is local and the layer acts per
-position or through a sliding window (``Conv1D``, valid pooling, activations, inference-mode
-normalisation and dropout, ``Permute``, ``Add``, ``Cropping1D``). Any other call (``Dense``,
-``Flatten``, global pooling, ``Lambda``, recurrent layers, ``keras.ops`` operations, nested
-models, unknown layers; also a softmax or layer normalisation across positions and an
-activation function fast ISM does not know, each noted in ``LocalGraph.notes``) is part of the
-tail, and the local tensors it reads are the cut. A layer of a local kind whose configuration
-cannot be windowed (pooling with ``"same"`` padding, a channels-first convolution, parameters
-that vary along the positions) raises ``GraphUnsupported`` naming it.
+Tensors that do not depend on the values of the input (a fixed control track that a one-input
+model feeds to a two-input model) are found by running the graph on two different inputs: they
+become ``fixed`` nodes, computed once per sequence and never per mutant.
+
+A layer call becomes ``LocalNode`` s when every tensor it reads is local or fixed and the layer
+acts per position, through a sliding window, on aligned local tensors, or as a global average
+or maximum (``_keras_layers``). Any other call (``Dense`` on a flattened tensor, ``Flatten``,
+``Lambda``, recurrent layers, ``keras.ops`` operations, unknown layers) is part of the tail,
+and the local tensors it reads are the cut.
 
 The tail re-runs the model's own nodes from the cut values (as ``Functional.call`` does, with
-``training=False``) rather than through ``keras.Model(cut_tensors, outputs)``: that
-constructor clones the graph onto the model's layers on every call, and fails when a cut tensor
-is itself a model output.
+``training=False``, ``_keras_tail``) rather than through ``keras.Model(cut_tensors, outputs)``:
+that constructor clones the graph onto the model's layers on every call, and fails when a cut
+tensor is itself a model output.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import numpy as np
-from keras import ops
 
-from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal
+from ._keras_layers import NonLocal, classify, describe
+from ._keras_tail import Call, Flat, Run, flatten
+from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
 
-layers = keras.layers
-
-#: Identity at inference (the tail and ``model(x, training=False)`` agree).
-_IDENTITY_LAYERS: tuple[type, ...] = tuple(
-    getattr(layers, name)
-    for name in (
-        "Identity",
-        "Dropout",
-        "SpatialDropout1D",
-        "GaussianNoise",
-        "GaussianDropout",
-        "AlphaDropout",
-        "ActivityRegularization",
-    )
-    if hasattr(layers, name)
-)
-#: Elementwise layers (parameters, if any, shared by every position).
-_ELEMENTWISE_LAYERS: tuple[type, ...] = (layers.ReLU, layers.LeakyReLU, layers.ELU)
-#: Keras activations that act along axis -1 (all others are elementwise).
-_LAST_AXIS_ACTIVATIONS = {"softmax", "log_softmax", "glu", "sparsemax"}
-#: TensorFlow functions passed as activations that are elementwise, by name.
-_TF_ELEMENTWISE = {
-    "relu",
-    "relu6",
-    "elu",
-    "selu",
-    "gelu",
-    "sigmoid",
-    "tanh",
-    "softplus",
-    "softsign",
-    "swish",
-    "silu",
-    "exp",
-    "leaky_relu",
-    "identity",
-    "abs",
-    "square",
-    "log_sigmoid",
-}
-_KERAS_ACTIVATIONS = {
-    id(getattr(keras.activations, name))
-    for name in dir(keras.activations)
-    if not name.startswith("_") and callable(getattr(keras.activations, name))
-}
-
-
-class _NonLocal:
-    """Why a layer call ends the prefix (for the message when it reads the input directly);
-    ``note``: worth a line in ``LocalGraph.notes`` (a layer of a local kind sent to the tail)."""
-
-    def __init__(self, reason: str, note: bool = False) -> None:
-        self.reason = reason
-        self.note = note
-
-
-def _describe(op: Any) -> str:
-    return f"layer '{op.name}' ({type(op).__name__})"
-
-
-def _plain(layer: Any, cls: type) -> bool:
-    """``layer`` is a ``cls`` whose ``call`` is the Keras one (not a subclass overriding it)."""
-    own = getattr(type(layer), "call", None)
-    return isinstance(layer, cls) and own is getattr(cls, "call", None)
-
-
-def _unsupported(op: Any, why: str) -> GraphUnsupported:
-    return GraphUnsupported(f"{_describe(op)}: {why}")
+Key = tuple[Any, ...]
 
 
 def _functional(model: Any) -> Any:
@@ -125,175 +60,164 @@ def _functional(model: Any) -> Any:
     return model
 
 
-def _topological_nodes(graph: Any) -> list[Any]:
-    by_depth = graph._nodes_by_depth
-    return [node for depth in sorted(by_depth, reverse=True) for node in by_depth[depth]]
+def _run_twice(flat: Flat, row_shape: tuple[int, int]) -> tuple[dict[Key, Any], dict[Key, Any]]:
+    """Every tensor's value for two different random inputs (eagerly)."""
+    rng = np.random.default_rng(0)
+    everything = Run(flat.calls, [flat.input_key], None)
+    a, b = (rng.standard_normal((2, *row_shape)).astype(np.float32) for _ in range(2))
+    return everything.all_values(a), everything.all_values(b)
 
 
-def _axes(axis: Any) -> set[int]:
-    values = axis if isinstance(axis, (list, tuple)) else [axis]
-    return {int(a) % 3 for a in values}
-
-
-def _activation_ok(fn: Any, channel_axis: int) -> str | None:
-    """None when ``fn`` acts per position on a tensor with channels on ``channel_axis``, else
-    why not."""
-    name = getattr(fn, "__name__", type(fn).__name__)
-    if id(fn) in _KERAS_ACTIVATIONS:
-        if name in _LAST_AXIS_ACTIVATIONS and channel_axis != 2:
-            return f"activation '{name}' acts along the positions (axis -1)"
-        return None
-    module = getattr(fn, "__module__", "") or ""
-    if module.startswith("tensorflow") and name in _TF_ELEMENTWISE:
-        return None
-    return (
-        f"activation {name!r} is a custom function, so fast ISM cannot tell that it acts per "
-        "position"
-    )
-
-
-def _identity(w: Any) -> Any:
-    return w
-
-
-def _add(*windows: Any) -> Any:
-    out = windows[0]
-    for w in windows[1:]:
-        out = out + w
-    return out
-
-
-def _swap(w: Any) -> Any:
-    return ops.transpose(w, (0, 2, 1))
-
-
-def _call_inference(layer: Any) -> Callable[[Any], Any]:
-    def apply(w: Any) -> Any:
-        return layer(w, training=False)
-
-    return apply
-
-
-def _conv_apply(layer: Any) -> Callable[[Any], Any]:
-    """The layer's convolution with valid padding, plus bias and activation."""
-
-    def apply(w: Any) -> Any:
-        dtype = layer.compute_dtype
-        out = ops.conv(
-            ops.cast(w, dtype),
-            ops.cast(layer.kernel, dtype),
-            strides=list(layer.strides),
-            padding="valid",
-            dilation_rate=list(layer.dilation_rate),
-            data_format="channels_last",
-        )
-        if layer.use_bias:
-            out = out + ops.cast(layer.bias, dtype)
-        return layer.activation(out) if layer.activation is not None else out
-
-    return apply
-
-
-def _same_pad_left(length: int, kernel: int, stride: int, dilation: int) -> int:
-    """TensorFlow's "SAME" rule: the extra padding goes on the right."""
-    total = max((math.ceil(length / stride) - 1) * stride + (kernel - 1) * dilation + 1 - length, 0)
-    return total // 2
+def _fixed_keys(values_a: dict[Key, Any], values_b: dict[Key, Any], flat: Flat) -> set[Key]:
+    """Tensors whose values do not depend on the input's: equal for two different inputs."""
+    fixed = set()
+    for key, value in values_a.items():
+        other = values_b.get(key)
+        if key == flat.input_key or other is None or not hasattr(value, "shape"):
+            continue
+        if tuple(value.shape) == tuple(other.shape) and np.array_equal(
+            np.asarray(value), np.asarray(other)
+        ):
+            fixed.add(key)
+    return fixed
 
 
 class _Reader:
-    """Walks the functional graph once, classifying every layer call."""
+    """Walks the flat call list once, classifying every layer call."""
 
-    def __init__(self, graph: Any, row_shape: tuple[int, int]) -> None:
-        self.graph = graph
+    def __init__(self, flat: Flat, fixed: set[Key], row_shape: tuple[int, int]) -> None:
+        self.flat, self.fixed = flat, fixed
         self.row_shape = row_shape
         self.nodes: list[LocalNode] = []
-        self.tensors: list[Any] = []  # the KerasTensor of each local node
         self.channels: list[int | None] = []
-        self.index: dict[int, int] = {}  # id(KerasTensor) -> local node
+        self.index: dict[Key, int] = {}  # tensor key -> local node
+        self.shapes: dict[Key, tuple[Any, ...]] = {}
         self.notes: list[str] = []
 
     # ------------------------------------------------------------------ walk
     def read(self) -> LocalGraph:
-        graph = self.graph
-        inputs = list(graph.inputs)
-        if len(inputs) != 1:
-            raise GraphUnsupported(
-                f"model '{graph.name}' takes {len(inputs)} inputs; fast ISM needs exactly one"
-            )
-        x = inputs[0]
-        shape = tuple(x.shape)
-        if len(shape) != 3:
-            raise GraphUnsupported(
-                f"the model's input has shape {shape}; fast ISM needs (batch, L, 4) or "
-                "(batch, 4, L)"
-            )
-        row = tuple(int(d) for d in self.row_shape)
-        if len(row) != 2 or any(
-            d is not None and d != r for d, r in zip(shape[1:], row, strict=True)
-        ):
-            raise GraphUnsupported(
-                f"rows of shape {row} do not fit the model's input shape {shape[1:]}"
-            )
+        flat = self.flat
+        row = self.row_shape
         axis = 1 if row[1] == 4 else 2
-        self._add(x, LocalNode(x._keras_history.operation.name, "input", (), row[axis - 1], axis))
-
-        first_reader: tuple[Any, str] | None = None
-        tail_nodes: list[Any] = []
-        cut_ids: set[int] = set()
-        for node in _topological_nodes(graph):
-            if node.is_input:
-                continue
-            op = node.operation
-            reads = [self.index.get(id(t)) for t in node.input_tensors]
-            local = None
+        self._add(flat.input_key, LocalNode(flat.input_name, "input", (), row[axis - 1], axis))
+        tail: list[tuple[Call, Any]] = []
+        for call in flat.calls:
+            for key, tensor in zip(call.outputs, call.node.outputs, strict=True):
+                self.shapes[key] = tuple(tensor.shape)
+            if all(key in self.fixed for key in call.outputs):
+                continue  # computed once per sequence, where it is read
+            reads = [self._read(key) for key in call.inputs]
+            local: Any = None
             if reads and all(i is not None for i in reads):
-                local = self._classify(op, node, reads)  # type: ignore[arg-type]
-            if isinstance(local, LocalNode):
-                self._add(node.outputs[0], local)
+                local = classify(call.op, reads, self.nodes, self.channels)  # type: ignore[arg-type]
+            if isinstance(local, (LocalNode, list)):
+                self._add_all(call, local)
+            else:
+                tail.append((call, local))
+        # the tail: the calls the read outputs need; the local tensors they read are the cut
+        outputs = {k for k, read in zip(flat.output_keys, flat.read, strict=True) if read}
+        needed = _ancestors([call for call, _ in tail], outputs)
+        first_reader: tuple[Any, str] | None = None
+        cut: set[int] = set()
+        for call, local in tail:
+            if call not in needed:
                 continue
-            tail_nodes.append(node)
-            if isinstance(local, _NonLocal) and local.note:
-                self.notes.append(f"{_describe(op)} ends the local prefix: {local.reason}")
-            for i in reads:
+            if isinstance(local, NonLocal) and local.note:
+                self.notes.append(f"{describe(call.op)} ends the local prefix: {local.reason}")
+            for key in call.inputs:
+                i = self._read(key, tail_reader=True)
                 if i is None:
                     continue
-                cut_ids.add(i)
+                cut.add(i)
                 if i == 0 and first_reader is None:
                     reason = (
                         local.reason
-                        if isinstance(local, _NonLocal)
-                        else "it also reads tensors computed by non-local layers"
+                        if isinstance(local, NonLocal)
+                        else ("it also reads tensors computed by non-local layers")
                     )
-                    first_reader = (op, reason)
-        for t in graph.outputs:
-            if id(t) in self.index:
-                cut_ids.add(self.index[id(t)])
+                    first_reader = (call.op, reason)
+        for key in outputs:
+            i = self._read(key, tail_reader=True)
+            if i is not None:
+                cut.add(i)
+        return self._finish(cut, [call for call, _ in tail if call in needed], first_reader)
+
+    def _finish(
+        self, cut_ids: set[int], tail: list[Call], first_reader: tuple[Any, str] | None
+    ) -> LocalGraph:
         if not cut_ids:
             raise GraphUnsupported("the model's output does not depend on its input")
-        if cut_ids == {0}:
+        moving = {i for i in cut_ids if self.nodes[i].kind != "fixed"}
+        if moving == {0}:
             if first_reader is None:
-                raise GraphUnsupported(f"model '{graph.name}' has no layers")
+                raise GraphUnsupported(f"model '{self.flat.name}' has no layers")
             op, reason = first_reader
             raise NothingLocal(
-                f"{_describe(op)} reads the input directly ({reason}): no local layers before "
+                f"{describe(op)} reads the input directly ({reason}): no local layers before "
                 "it, so fast ISM has nothing to reuse"
             )
-        cut = sorted(cut_ids)
-        nodes, cut = self._needed(cut)
-        tail = _Tail(graph, [self.tensors[i] for i in sorted(cut_ids)], tail_nodes)
-        return LocalGraph(nodes, cut, tail, self.notes)
+        order = sorted(cut_ids)
+        keys = {i: key for key, i in self.index.items()}
+        outputs = [
+            k if read else None
+            for k, read in zip(self.flat.output_keys, self.flat.read, strict=True)
+        ]
+        run = Run(tail, [keys[i] for i in order], outputs, self.flat.struct)
+        nodes, cut = self._needed(order)
+        return LocalGraph(nodes, cut, run, self.notes, tail_macs=_tail_macs(tail))
 
-    def _add(self, tensor: Any, node: LocalNode) -> None:
-        shape = tuple(tensor.shape)
+    def _read(self, key: Key, tail_reader: bool = False) -> int | None:
+        """The local node of tensor ``key`` (a fixed node made on first read), or None."""
+        if key in self.index:
+            return self.index[key]
+        if key not in self.fixed:
+            return None
+        shape = self.shapes.get(key, ())
+        axis = self.nodes[0].length_axis
+        length = int(shape[axis]) if len(shape) == 3 and shape[axis] is not None else 0
+        channels = int(shape[3 - axis]) if len(shape) == 3 and shape[3 - axis] else 1
+        apply = Run(self.flat.calls_for(key), [self.flat.input_key], [key])
+        node = LocalNode(f"fixed {key[-1]}", "fixed", (0,), length, axis, apply, channels=channels)
+        self.index[key] = len(self.nodes)
+        self.nodes.append(node)
+        self.channels.append(channels)
+        return self.index[key]
+
+    def _add_all(self, call: Call, local: LocalNode | list[LocalNode]) -> None:
+        parts = local if isinstance(local, list) else [local]
+        for a, node in enumerate(parts):
+            if a:
+                node.inputs = (len(self.nodes) - 1,)
+                self.nodes.append(node)
+                self.channels.append(node.channels)
+                continue
+            if len(parts) == 1:
+                self._add(call.outputs[0], node)
+            else:
+                self.nodes.append(node)
+                self.channels.append(node.channels)
+        if len(parts) > 1:
+            self._check_length(call.outputs[0], parts[-1])
+            self.index[call.outputs[0]] = len(self.nodes) - 1
+
+    def _add(self, key: Key, node: LocalNode) -> None:
+        self._check_length(key, node)
+        self.index[key] = len(self.nodes)
+        self.nodes.append(node)
+        shape = self.shapes.get(key) or (None, *self.row_shape)
+        if node.kind != "reduce" and len(shape) == 3:
+            node.channels = int(shape[3 - node.length_axis] or node.channels)
+        self.channels.append(node.channels)
+
+    def _check_length(self, key: Key, node: LocalNode) -> None:
+        shape = self.shapes.get(key)
+        if shape is None or node.kind in ("reduce", "input") or len(shape) != 3:
+            return
         expected = shape[node.length_axis]
         if expected is not None and expected != node.length:
             raise GraphUnsupported(
                 f"layer '{node.name}': worked out {node.length} positions but Keras says {expected}"
             )
-        self.index[id(tensor)] = len(self.nodes)
-        self.nodes.append(node)
-        self.tensors.append(tensor)
-        self.channels.append(shape[3 - node.length_axis])
 
     def _needed(self, cut: list[int]) -> tuple[list[LocalNode], list[int]]:
         """Drop local nodes outside the ancestry of the cut; renumber."""
@@ -313,200 +237,50 @@ class _Reader:
             nodes.append(node)
         return nodes, [new[i] for i in cut]
 
-    # ------------------------------------------------------------------ layers
-    def _classify(self, op: Any, node: Any, reads: Sequence[int]) -> LocalNode | _NonLocal:
-        """A LocalNode for a position-local layer call, else why not; raises for a local
-        kind of layer configured in a way that cannot be windowed."""
-        if not isinstance(op, keras.Layer):
-            return _NonLocal(f"the Keras operation '{op.name}' is not a position-local layer")
-        if isinstance(op, keras.Model):
-            return _NonLocal("a nested model")
-        if isinstance(op, layers.Lambda):
-            return _NonLocal("arbitrary function; fast ISM needs position-local layers")
-        if len(node.outputs) != 1:
-            return _NonLocal("it returns several tensors")
-        if _plain(op, layers.Add):
-            return self._merge_add(op, reads)
-        if len(reads) != 1:
-            return _NonLocal("it reads several tensors")
-        first = reads[0]
-        src = self.nodes[first]
-        length, axis = src.length, src.length_axis
-        channel_axis = 3 - axis
 
-        def pointwise(apply: Callable[..., Any], out_axis: int = axis) -> LocalNode:
-            return LocalNode(op.name, "pointwise", (first,), length, out_axis, apply)
+def _ancestors(calls: list[Call], keys: set[Key]) -> list[Call]:
+    """The calls that ``keys`` depend on."""
+    needed, chosen = set(keys), []
+    for call in reversed(calls):
+        if any(k in needed for k in call.outputs):
+            chosen.append(call)
+            needed.update(call.inputs)
+    return chosen
 
-        if _plain(op, layers.Conv1D):
-            return self._conv(op, first)
-        if _plain(op, layers.MaxPooling1D) or _plain(op, layers.AveragePooling1D):
-            return self._pool(op, first)
-        if _plain(op, layers.Cropping1D):
-            left, right = (int(c) for c in op.cropping)
-            if axis != 1:  # crops the channels of each position
-                return pointwise(_call_inference(op))
-            return LocalNode(op.name, "crop", (first,), length - left - right, 1, offset=left)
-        if _plain(op, layers.Permute):
-            dims = tuple(op.dims)
-            if dims == (1, 2):
-                return pointwise(_identity)
-            return pointwise(_swap, channel_axis)
-        if any(_plain(op, cls) for cls in _IDENTITY_LAYERS):
-            return pointwise(_identity)
-        if any(_plain(op, cls) for cls in _ELEMENTWISE_LAYERS):
-            return pointwise(_call_inference(op))
-        if _plain(op, layers.Activation):
-            why = _activation_ok(op.activation, channel_axis)
-            return _NonLocal(why, note=True) if why else pointwise(_call_inference(op))
-        if _plain(op, layers.Softmax):
-            if _axes(op.axis) != {channel_axis}:  # e.g. attention pooling: a global op
-                return _NonLocal(f"softmax over axis {op.axis} mixes positions", note=True)
-            return pointwise(_call_inference(op))
-        if _plain(op, layers.BatchNormalization):
-            if _axes(op.axis) != {channel_axis}:
-                raise _unsupported(
-                    op, f"normalises along axis {op.axis}, not the channel axis {channel_axis}"
+
+def _tail_macs(calls: Sequence[Call]) -> float:
+    """Multiply-adds per example of the tail's dense and convolution layers."""
+    total = 0.0
+    for call in calls:
+        op = call.op
+        try:
+            if isinstance(op, keras.layers.Dense):
+                shape = call.node.input_tensors[0].shape
+                positions = float(np.prod([d or 1 for d in shape[1:-1]]))
+                total += positions * int(shape[-1]) * int(op.units)
+            elif isinstance(op, keras.layers.Conv1D):
+                out = call.node.outputs[0].shape
+                total += (
+                    float(np.prod([d or 1 for d in out[1:]]))
+                    * int(op.kernel_size[0])
+                    * int(call.node.input_tensors[0].shape[-1])
                 )
-            return pointwise(_call_inference(op))
-        if _plain(op, layers.LayerNormalization):
-            if _axes(op.axis) != {channel_axis}:  # statistics over positions: a global op
-                return _NonLocal(f"normalises over axes {op.axis}, across positions", note=True)
-            return pointwise(_call_inference(op))
-        if _plain(op, layers.PReLU):
-            alpha_shape = tuple(op.alpha.shape)
-            if alpha_shape[axis - 1] != 1:
-                raise _unsupported(
-                    op,
-                    f"alpha of shape {alpha_shape} varies along the positions; fast ISM needs "
-                    f"shared_axes=[{axis}]",
-                )
-            return pointwise(_call_inference(op))
-        if _plain(op, layers.Rescaling):
-            sizes = [int(np.size(v)) for v in (op.scale, op.offset)]
-            ranks = [int(np.ndim(v)) for v in (op.scale, op.offset)]
-            if any(s != 1 for s in sizes) and (axis != 1 or max(ranks) > 1):
-                raise _unsupported(op, "scale or offset varies along the positions")
-            return pointwise(_call_inference(op))
-        return _NonLocal("not a position-local layer")
-
-    def _conv(self, op: Any, first: int) -> LocalNode | _NonLocal:
-        src = self.nodes[first]
-        if op.data_format != "channels_last":
-            raise _unsupported(
-                op,
-                f"data_format={op.data_format!r}; fast ISM reads channels_last convolutions "
-                "only (put a Permute((2, 1)) first)",
-            )
-        if src.length_axis != 1:
-            raise _unsupported(
-                op,
-                "convolves along axis 1 but the positions lie on axis 2 (a (4, L) input "
-                "needs Permute((2, 1)) first)",
-            )
-        if getattr(op, "quantization_mode", None):
-            return _NonLocal(f"quantized ({op.quantization_mode}) convolution", note=True)
-        why = _activation_ok(op.activation, 2)
-        if why:
-            return _NonLocal(why, note=True)
-        kernel, stride, dilation = op.kernel_size[0], op.strides[0], op.dilation_rate[0]
-        length = src.length
-        reach = (kernel - 1) * dilation
-        if op.padding == "valid":
-            pad_left, out = 0, (length - reach - 1) // stride + 1
-        elif op.padding == "same":
-            pad_left, out = _same_pad_left(length, kernel, stride, dilation), -(-length // stride)
-        elif op.padding == "causal":
-            pad_left, out = reach, (length - 1) // stride + 1
-        else:
-            raise _unsupported(op, f"padding={op.padding!r}")
-        if out < 1:
-            raise _unsupported(op, f"{length} positions are too few for its kernel")
-        return LocalNode(
-            op.name,
-            "window",
-            (first,),
-            out,
-            1,
-            _conv_apply(op),
-            kernel=kernel,
-            dilation=dilation,
-            stride=stride,
-            pad_left=pad_left,
-        )
-
-    def _pool(self, op: Any, first: int) -> LocalNode:
-        src = self.nodes[first]
-        if op.padding != "valid":
-            raise _unsupported(
-                op,
-                f"padding={op.padding!r} pads with values other than zeros; fast ISM needs "
-                "padding='valid' pooling",
-            )
-        if op.data_format != "channels_last":
-            raise _unsupported(op, f"data_format={op.data_format!r}; channels_last only")
-        if src.length_axis != 1:
-            raise _unsupported(op, "pools along axis 1 but the positions lie on axis 2")
-        kernel, stride = op.pool_size[0], op.strides[0]
-        out = (src.length - kernel) // stride + 1
-        if out < 1:
-            raise _unsupported(op, f"{src.length} positions are too few for its pool size")
-        return LocalNode(
-            op.name, "window", (first,), out, 1, _call_inference(op), kernel=kernel, stride=stride
-        )
-
-    def _merge_add(self, op: Any, reads: Sequence[int]) -> LocalNode:
-        shapes = {
-            (self.nodes[i].length, self.nodes[i].length_axis, self.channels[i]) for i in reads
-        }
-        if len(shapes) != 1:
-            raise _unsupported(
-                op,
-                "adds tensors of different shapes (length, length axis, channels: "
-                f"{sorted(shapes, key=str)}); fast ISM needs identical shapes",
-            )
-        src = self.nodes[reads[0]]
-        return LocalNode(op.name, "add", tuple(reads), src.length, src.length_axis, _add)
+        except (TypeError, ValueError, IndexError):
+            continue
+    return total
 
 
-class _Tail:
-    """The model's nodes after the cut, run from the cut values with ``training=False``.
-
-    Mirrors ``Functional.call``: each node's recorded arguments are filled in from the values
-    computed so far, and ``training`` is forced to False on every layer that takes it.
-    """
-
-    def __init__(self, graph: Any, cut_tensors: list[Any], nodes: list[Any]) -> None:
-        self.graph = graph
-        self.cut_tensors = cut_tensors
-        self.nodes = nodes
-
-    def __call__(self, *values: Any) -> Any:
-        if len(values) != len(self.cut_tensors):
-            raise ValueError(f"tail takes {len(self.cut_tensors)} values, got {len(values)}")
-        computed = {id(t): v for t, v in zip(self.cut_tensors, values, strict=True)}
-        for node in self.nodes:
-            args, kwargs = node.arguments.fill_in(computed)
-            op = node.operation
-            if "training" in getattr(op, "_call_context_args", ()):
-                kwargs = {**kwargs, "training": False}
-            outputs = op(*args, **kwargs)
-            for t, v in zip(node.outputs, keras.tree.flatten(outputs), strict=True):
-                computed[id(t)] = v
-        flat = [computed[id(t)] for t in self.graph.outputs]
-        out = keras.tree.pack_sequence_as(self.graph._outputs_struct, flat)
-        if isinstance(out, (list, tuple)) and len(out) == 1:
-            return out[0]  # as Functional.call (unpack_singleton)
-        return out
-
-
-def keras_local_graph(model: Any, row_shape: tuple[int, int]) -> LocalGraph:
-    """The local prefix of a Keras 3 model for inputs of shape ``(batch, *row_shape)``.
+def keras_local_graph(
+    model: Any, row_shape: tuple[int, int], output_fn: Callable[[Any], Any] | None = None
+) -> LocalGraph:
+    """The local prefix of a Keras 3 model for inputs of shape ``(batch, *row_shape)``,
+    without the layers only outputs that ``output_fn`` never reads need.
 
     Parameters
     ----------
     model : keras.Model
         A functional model, or a ``Sequential`` built with an input shape, with one 3-D
-        input.
+        input (nested functional models inside it are read through).
     row_shape : tuple of int
         Per-example input shape, ``(L, 4)`` (positions on axis 1) or ``(4, L)`` (axis 2).
 
@@ -521,4 +295,32 @@ def keras_local_graph(model: Any, row_shape: tuple[int, int]) -> LocalGraph:
     GraphUnsupported
         When the model cannot be split; the message names the layer and the reason.
     """
-    return _Reader(_functional(model), (int(row_shape[0]), int(row_shape[1]))).read()
+    graph = _functional(model)
+    inputs = list(graph.inputs)
+    if len(inputs) != 1:
+        raise GraphUnsupported(
+            f"model '{graph.name}' takes {len(inputs)} inputs; fast ISM reads one-input models "
+            "(wrap it in a one-input model that computes the other inputs, e.g. a fixed "
+            "control track, from the sequence input)"
+        )
+    shape = tuple(inputs[0].shape)
+    if len(shape) != 3:
+        raise GraphUnsupported(
+            f"the model's input has shape {shape}; fast ISM needs (batch, L, 4) or (batch, 4, L)"
+        )
+    row = (int(row_shape[0]), int(row_shape[1]))
+    if any(d is not None and d != r for d, r in zip(shape[1:], row, strict=True)):
+        raise GraphUnsupported(
+            f"rows of shape {row} do not fit the model's input shape {shape[1:]}"
+        )
+    flat = flatten(graph, _functional)
+    values_a, values_b = _run_twice(flat, row)
+    leaves = [values_a[k] for k in flat.output_keys]
+
+    def rebuild(values: list[Any]) -> Any:
+        out = keras.tree.pack_sequence_as(flat.struct, values)
+        return out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
+
+    unread = unread_outputs(output_fn, leaves, rebuild)
+    flat.read = [k not in unread for k in range(len(flat.output_keys))]
+    return _Reader(flat, _fixed_keys(values_a, values_b, flat), row).read()

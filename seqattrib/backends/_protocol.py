@@ -148,9 +148,16 @@ class Backend(Protocol):
 class WindowedForward(Protocol):
     """Windowed forward passes of a model's local layers (fast ISM)."""
 
-    def local_graph(self, model: Any, row_shape: tuple[int, int], length_axis: int) -> Any:
-        """The model's local prefix (``_local_graph.LocalGraph``); raises ``GraphUnsupported``
-        naming the layer when it cannot be split."""
+    def local_graph(
+        self,
+        model: Any,
+        row_shape: tuple[int, int],
+        length_axis: int,
+        output_fn: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The model's local prefix (``_local_graph.LocalGraph``), without the layers only the
+        outputs ``output_fn`` never reads need; raises ``GraphUnsupported`` naming the layer
+        when it cannot be split."""
 
     def gather_windows(
         self, source: Tensor, rows: Tensor, starts: Tensor, width: int, axis: int
@@ -158,15 +165,57 @@ class WindowedForward(Protocol):
         """``source[rows[i]]`` at positions ``starts[i] : starts[i] + width`` along ``axis``
         (1 or 2) of the (N, a, b) tensor, as (B, ...) (a new tensor)."""
 
-    def overwrite_windows(self, target: Tensor, window: Tensor, at: Tensor, axis: int) -> Tensor:
+    def overwrite_windows(
+        self, target: Tensor, window: Tensor, at: Tensor | int, axis: int
+    ) -> Tensor:
         """``target`` (B, ...) with row i's positions ``at[i] : at[i] + window width`` along
-        ``axis`` replaced by ``window[i]``; may write ``target`` in place."""
+        ``axis`` replaced by ``window[i]`` (positions outside ``target`` are dropped); ``at``
+        an int: the same offset for every row, the window inside ``target``. May write
+        ``target`` in place."""
 
-    def pad_positions(self, x: Tensor, left: int, right: int, axis: int) -> Tensor:
-        """Zeros added before and after the positions along ``axis`` (negative: removed)."""
+    def pad_positions(
+        self, x: Tensor, left: int, right: int, axis: int, fill: float = 0.0
+    ) -> Tensor:
+        """``fill`` added before and after the positions along ``axis`` (negative: removed;
+        removing only may return a view)."""
+
+    def fill_outside(
+        self, x: Tensor, starts: Tensor, length: int, fill: float, axis: int
+    ) -> Tensor:
+        """``x`` (B, ...) with ``fill`` at the positions j along ``axis`` where
+        ``starts[i] + j`` lies outside ``[0, length)`` (a new tensor)."""
+
+    def reduce_positions(
+        self, x: Tensor, starts: Tensor | None, length: int, how: str, axis: int
+    ) -> Tensor:
+        """(B, C): the sum (``how="sum"``) or maximum (``"max"``) of ``x`` (B, ...) over its
+        positions along ``axis`` (C: the other non-batch axis), only those j with
+        ``0 <= starts[i] + j < length`` (sums as float64, for ``reduce_complement``); all
+        positions when ``starts`` is None (float32, sums accumulated in float64)."""
+
+    def reduce_tables(self, x: Tensor, how: str, axis: int) -> Tensor:
+        """Per-sequence tables of ``x`` (N, ...) for ``reduce_complement`` (sequences on axis
+        0): float64 prefix sums (``"sum"``), or prefix and suffix maxima (``"max"``)."""
+
+    def reduce_complement(
+        self,
+        table: Tensor,
+        rows: Tensor,
+        starts: Tensor,
+        width: int,
+        inside: Tensor,
+        how: str,
+    ) -> Tensor:
+        """(B, C) float32: the sum or maximum over every position of sequence ``rows[i]`` (of
+        the values ``reduce_tables`` was made from), where positions ``starts[i]`` to
+        ``starts[i] + width`` hold values whose reduction is ``inside`` (B, C) instead."""
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` made fast for repeated calls on tensors (inference mode; a TF graph)."""
+
+    def pass_bytes(self) -> int | None:
+        """The largest intermediate tensor one windowed pass should make, in bytes (a batch
+        runs in several passes), or None for no limit."""
 
 
 @runtime_checkable

@@ -187,7 +187,7 @@ _register()
 def _elementwise_activation(fn: Any) -> bool:
     """A Keras activation (or TensorFlow function) known to act elementwise, other than the
     identity: one that the wrappers may rescale as a whole."""
-    from ._keras_graph import _KERAS_ACTIVATIONS, _LAST_AXIS_ACTIVATIONS, _TF_ELEMENTWISE
+    from ._keras_calls import _KERAS_ACTIVATIONS, _LAST_AXIS_ACTIVATIONS, _TF_ELEMENTWISE
 
     name = getattr(fn, "__name__", "")
     if id(fn) in _KERAS_ACTIVATIONS:

@@ -23,9 +23,9 @@ from helpers import FLOAT32, assert_close
 
 import seqattrib as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 
-import simdna_validation as sv  # noqa: E402
+import simdna_case as sv  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Fast ISM (``ism(fast=...)``) gives the scores of the exact path, or falls back with a warning.
 
 The reference is the exact path of the same call (every mutant through the whole model), itself
-tested against brute force in test_ism.py.
+tested against brute force in test_ism.py; ``fast_ism_checks`` says how closely they must agree.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_model
+from fast_ism_checks import assert_fast_matches, fast_error, outputs_scale
 
 import seqattrib as sa
 from seqattrib._errors import SeqAttribWarning
 from seqattrib.attribution.mutagenesis import choice
-from seqattrib.attribution.mutagenesis.fast import FastPlan, plan_windows
+from seqattrib.attribution.mutagenesis.plan import FastPlan, plan_windows
 from seqattrib.backends._local_graph import LocalGraph, LocalNode
 
-RELATIVE = 1e-5
 LENGTHS = {"bpnet": 70, "basset": 60, "crested": 80, "convnet": 24}
 
 
@@ -54,10 +54,6 @@ def build(framework: str, kind: str, layout: str):
     return _KERAS[kind, layout]
 
 
-def relative_error(fast: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.abs(fast - exact).max() / np.abs(exact).max())
-
-
 def plan_of(model):
     """The cached plan (FastPlan) or refusal of ``model``."""
     (plan,) = choice._PLANS[model].values()
@@ -75,8 +71,7 @@ def test_fast_equals_exact(framework, layout, kind):
         fast = sa.ism(model, X, target=[0, 2], fast=True, batch_size=41)
     assert isinstance(plan_of(model), FastPlan)
     exact = sa.ism(model, X, target=[0, 2], fast=False, batch_size=41)
-    assert fast.shape == exact.shape
-    assert relative_error(fast, exact) <= RELATIVE
+    assert_fast_matches(fast, exact, model, X)
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
@@ -88,9 +83,9 @@ def test_fast_windows_soft_bases_and_batch_sizes(framework):
     exact = sa.ism(model, X, fast=False, batch_size=64)
     for batch_size in (1, 7, 1000):
         fast = sa.ism(model, X, fast=True, batch_size=batch_size)
-        assert relative_error(fast, exact) <= RELATIVE
+        assert_fast_matches(fast, exact, model, X)
     window = sa.ism(model, X, fast=True, positions=(0, 9))
-    assert relative_error(window[:, :9], exact[:, :9]) <= RELATIVE
+    assert_fast_matches(window[:, :9], exact[:, :9], model, X)
     assert not window[:, 9:].any()
 
 
@@ -160,24 +155,27 @@ def test_a_graph_that_does_not_reproduce_the_model_is_refused(monkeypatch):
     np.testing.assert_array_equal(fast, sa.ism(model, X, fast=False, batch_size=64))
 
 
-def test_auto_decides_from_the_structure(monkeypatch):
+def test_auto_follows_the_predicted_costs(monkeypatch):
+    """ "auto" takes the fast path where its cost model predicts it at most
+    AUTO_MAX_COST_RATIO of the exact path's cost (a deep dilated model), the exact path where
+    not (a two-layer net whose windows are most of its length), and never on an accelerator."""
     used = []
     monkeypatch.setattr(
         sa.ism.__globals__["IsmKernel"],
         "__init__",
         _recording(sa.ism.__globals__["IsmKernel"].__init__, used),
     )
-    small_field = build("torch", "bpnet", "NCL")  # windows of 21-51 of 70 positions
-    X = models.random_one_hot(1, LENGTHS["bpnet"], seed=9, layout="NCL")
-    sa.ism(small_field, X, fast="auto")
-    assert plan_of(small_field).cost_ratio <= choice.AUTO_MAX_COST_RATIO
+    deep = models.torch_model("bpnet", models.bpnet_weights(n_outputs=3, filters=32), "NCL")
+    X = models.random_one_hot(1, 1000, seed=9, layout="NCL")
+    sa.ism(deep, X, fast="auto", positions=(0, 5))
+    assert plan_of(deep).cost_ratio <= choice.AUTO_MAX_COST_RATIO
     wide = make_model("torch", "convnet", models.convnet_weights(n_outputs=3), "NCL")
     sa.ism(wide, models.random_one_hot(1, 12, seed=9, layout="NCL"), fast="auto")
     assert plan_of(wide).cost_ratio > choice.AUTO_MAX_COST_RATIO
     assert used == [True, False]
     # on an accelerator "auto" keeps the exact path (the windowed ops are launch-bound there)
-    monkeypatch.setattr(type(sa.get_backend(small_field)), "on_accelerator", lambda self: True)
-    sa.ism(small_field, X, fast="auto")
+    monkeypatch.setattr(type(sa.get_backend(deep)), "on_accelerator", lambda self: True)
+    sa.ism(deep, X, fast="auto", positions=(0, 5))
     assert used == [True, False, False]
 
 
@@ -190,13 +188,14 @@ def _recording(init, used):
 
 
 def test_plan_windows_follow_the_receptive_field():
-    """conv(21) -> dilated conv(3, d=2) + residual -> crop 2 -> maxpool(2): closed-form windows."""
+    """conv(21) -> dilated conv(3, d=2) + residual -> crop 2 -> maxpool(2): closed-form windows,
+    which move with the mutation (past the ends of the sequence too) and keep their width."""
     L = 50
     nodes = [
         LocalNode("in", "input", (), L, 2),
         LocalNode("c0", "window", (0,), L, 2, kernel=21, pad_left=10),
         LocalNode("c1", "window", (1,), L, 2, kernel=3, dilation=2, pad_left=2),
-        LocalNode("add", "add", (1, 2), L, 2),
+        LocalNode("add", "merge", (1, 2), L, 2),
         LocalNode("crop", "crop", (3,), L - 4, 2, offset=2),
         LocalNode("pool", "window", (4,), (L - 4) // 2, 2, kernel=2, stride=2),
     ]
@@ -204,9 +203,18 @@ def test_plan_windows_follow_the_receptive_field():
     assert plan.widths == [1, 21, 25, 25, 25, 13]
     p = 25  # interior: windows centred on p
     assert plan.starts[:, p].tolist() == [25, 15, 13, 13, 11, 5]
-    # at the ends the windows shift inwards and keep their width
-    assert plan.starts[1, 0] == 0 and plan.starts[1, L - 1] == L - 21
-    assert plan.starts[5, L - 1] == (L - 4) // 2 - 13
+    # at the ends the windows reach past the sequence (virtual positions), at the same offsets
+    assert plan.starts[1, 0] == -10 and plan.starts[1, L - 1] == L - 1 - 10
+    assert plan.starts[5, 0] == -7 and plan.starts[5, L - 1] == 17  # ceil((p - 15) / 2)
+    assert not any(plan.full)
+    # a window 1.5 times as wide as its node or more: the node runs on full values
+    short = [
+        LocalNode("in", "input", (), 16, 2),
+        LocalNode("c0", "window", (0,), 16, 2, kernel=21, pad_left=10),
+        LocalNode("c1", "window", (1,), 16, 2, kernel=3, dilation=2, pad_left=2),
+    ]
+    plan = plan_windows(LocalGraph(short, [2], lambda h: h), 16)
+    assert plan.full == [False, False, True] and plan.widths[2] == 16
 
 
 class Twice(torch.nn.Module):
@@ -237,7 +245,9 @@ def test_fast_follows_a_changed_model_and_output_fn():
         with warnings.catch_warnings():
             warnings.simplefilter("error", SeqAttribWarning)
             fast = sa.ism(model, X, fast=True, **kwargs)
-        return relative_error(fast, sa.ism(model, X, fast=False, **kwargs)) <= RELATIVE
+        exact = sa.ism(model, X, fast=False, **kwargs)
+        scale = outputs_scale(model, X, kwargs.get("output_fn"))
+        return fast_error(fast, exact, scale) <= 1.0
 
     assert agrees(target=0)  # h + h: an add whose two inputs are one node
     model.temperature = 0.25  # fx baked the old value into the traced graph: read again
@@ -280,13 +290,12 @@ def test_check_scales_with_the_scores_not_the_outputs(monkeypatch):
 
 @pytest.mark.parametrize("length", [1, 3, 30])
 def test_short_sequences_and_windows_spanning_everything(length):
-    """At L=30 the deeper windows of the BPNet-like model cover every position (computed as a
-    plain forward pass); L=1 and L=3 are shorter than any kernel."""
+    """At L=30 the deeper windows of the BPNet-like model are wider than the sequence (those
+    layers run on full values); L=1 and L=3 are shorter than any kernel."""
     model = build("torch", "bpnet", "NCL")
     X = models.random_one_hot(2, length, seed=14, layout="NCL")
     exact = sa.ism(model, X, fast=False)
     fast = sa.ism(model, X, fast=True)
-    assert relative_error(fast, exact) <= RELATIVE
+    assert_fast_matches(fast, exact, model, X)
     if length == 30:
-        forward = plan_of(model).forward
-        assert any(forward.plain.values())
+        assert any(plan_of(model).full)

@@ -30,6 +30,8 @@ def node_values(graph: LocalGraph, x: Any) -> list[Any]:
     for node in graph.nodes:
         if node.kind == "input":
             value = x
+        elif node.kind == "fixed":
+            value = node.apply(x)
         else:
             first = node.inputs[0]
             src, axis = values[first], graph.nodes[first].length_axis
@@ -38,16 +40,22 @@ def node_values(graph: LocalGraph, x: Any) -> list[Any]:
                 right = max(width - node.pad_left - int(src.shape[axis]), 0)
                 pad = [[0, 0], [0, 0], [0, 0]]
                 pad[axis] = [node.pad_left, right]
-                value = node.apply(tf.pad(src, pad)[_along(axis, slice(0, width))])
+                padded = tf.pad(src, pad, constant_values=node.fill)
+                value = node.apply(padded[_along(axis, slice(0, width))])
             elif node.kind == "pointwise":
                 value = node.apply(src)
-            elif node.kind == "add":
+            elif node.kind == "merge":
                 value = node.apply(*[values[i] for i in node.inputs])
             elif node.kind == "crop":
                 value = src[_along(axis, slice(node.offset, node.offset + node.length))]
+            elif node.kind == "reduce":
+                reduce = tf.reduce_sum if node.how == "sum" else tf.reduce_max
+                values.append(node.apply(reduce(src, axis=axis)))
+                continue
             else:  # pragma: no cover
                 raise AssertionError(node.kind)
-        assert int(value.shape[node.length_axis]) == node.length, node.name
+        if node.kind != "fixed" or len(value.shape) == 3:
+            assert int(value.shape[node.length_axis]) == node.length, node.name
         values.append(value)
     return values
 
@@ -90,10 +98,11 @@ def test_toy_models(kind: str, length: int, weights: dict, layout: str) -> None:
     if layout == "NCL":  # the Permute flips the length axis
         assert kinds[1] == "pointwise" and graph.nodes[1].length_axis == 1
     assert graph.cut == [len(graph.nodes) - 1]
+    assert kinds[-1] == "reduce"  # the global average or maximum over positions
     expected = {"convnet": 2, "bpnet": 4, "crested": 5}[kind]  # convs and pools
     assert kinds.count("window") == expected
     if kind == "bpnet":
-        assert kinds.count("add") == 3
+        assert kinds.count("merge") == 3
         dilations = [n.dilation for n in graph.nodes if n.kind == "window"]
         assert dilations == [1, 1, 2, 4]
         assert [n.pad_left for n in graph.nodes if n.kind == "window"] == [10, 1, 2, 4]
@@ -172,8 +181,10 @@ def test_padding_strides_crop_and_local_outputs() -> None:
         9,
         3,
     ]
-    cut_names = [graph.nodes[c].name for c in graph.cut]
-    assert cut_names[0] == graph.nodes[0].name and set(cut_names[1:]) == {"softmax", "profile"}
+    cut = {graph.nodes[c].name: graph.nodes[c] for c in graph.cut}
+    assert graph.nodes[graph.cut[0]].name == graph.nodes[0].name and "profile" in cut
+    (average,) = [n for n in cut.values() if n.kind == "reduce"]  # the global average
+    assert average.how == "sum" and len(cut) == 3
 
 
 def test_sequential() -> None:
@@ -187,7 +198,8 @@ def test_sequential() -> None:
         ]
     )
     graph = assert_reproduces(model, (30, 4))
-    assert _kinds(graph) == ["input", "window", "window"]
+    # the convolution, its activation, the pooling, the global maximum
+    assert _kinds(graph) == ["input", "window", "pointwise", "window", "reduce"]
 
 
 def test_free_length_input() -> None:
@@ -195,7 +207,7 @@ def test_free_length_input() -> None:
     h = layers.Conv1D(4, 5, padding="same")(x)
     model = keras.Model(x, layers.Dense(2)(layers.GlobalAveragePooling1D()(h)))
     graph = assert_reproduces(model, (25, 4))
-    assert graph.nodes[1].length == 25
+    assert graph.nodes[1].length == 25 and graph.nodes[-1].kind == "reduce"
     with pytest.raises(GraphUnsupported, match="rows of shape"):
         keras_local_graph(models.keras_model("convnet", models.convnet_weights(), 40), (30, 4))
 
@@ -221,10 +233,19 @@ def test_lstm_after_input() -> None:
         keras_local_graph(model, (20, 4))
 
 
-def test_same_pooling_after_conv() -> None:
-    model = _model(layers.Conv1D(4, 3), layers.MaxPooling1D(2, padding="same", name="pool"))
-    with pytest.raises(GraphUnsupported, match=r"layer 'pool' \(MaxPooling1D\): padding='same'"):
-        keras_local_graph(model, (20, 4))
+def test_same_pooling_reads_its_padding_value() -> None:
+    """ "same" max pooling ignores its padding (it reads -inf there); "same" average pooling
+    leaves it out of the count (NaN there, averaged over the values that are not)."""
+    x = keras.Input((23, 4))
+    h = layers.Conv1D(4, 3, name="conv")(x)
+    a = layers.MaxPooling1D(2, padding="same", name="max")(h)
+    b = layers.AveragePooling1D(5, strides=2, padding="same", name="avg")(h)
+    model = keras.Model(x, [layers.Flatten()(a), layers.Flatten()(b)])
+    graph = assert_reproduces(model, (23, 4))
+    by_name = {n.name: n for n in graph.nodes}
+    assert by_name["max"].fill == -np.inf and np.isnan(by_name["avg"].fill)
+    assert (by_name["max"].length, by_name["avg"].length) == (11, 11)
+    assert (by_name["max"].pad_left, by_name["avg"].pad_left) == (0, 2)
 
 
 def test_refused_configurations() -> None:
@@ -234,11 +255,12 @@ def test_refused_configurations() -> None:
         keras_local_graph(keras.Model(x, layers.Dense(1)(layers.Flatten()(h))), (4, 20))
     with pytest.raises(GraphUnsupported, match=r"'prelu' \(PReLU\).*shared_axes=\[1\]"):
         keras_local_graph(_model(layers.Conv1D(4, 3), layers.PReLU(name="prelu")), (20, 4))
-    conv = layers.Conv1D(4, 3, data_format="channels_first", name="cf")
-    with pytest.raises(GraphUnsupported, match=r"'cf' \(Conv1D\): data_format='channels_first'"):
-        keras_local_graph(_model(layers.Permute((2, 1)), conv), (20, 4))
     with pytest.raises(GraphUnsupported, match="not built"):
         keras_local_graph(keras.Sequential([layers.Conv1D(4, 3)]), (20, 4))
+    two = [keras.Input((20, 4)), keras.Input((20, 2))]
+    joined = layers.Concatenate()([layers.Conv1D(4, 3, padding="same")(two[0]), two[1]])
+    with pytest.raises(GraphUnsupported, match="takes 2 inputs.*wrap it in a one-input model"):
+        keras_local_graph(keras.Model(two, layers.Dense(1)(layers.Flatten()(joined))), (20, 4))
 
     class Subclassed(keras.Model):
         def __init__(self) -> None:
@@ -250,6 +272,29 @@ def test_refused_configurations() -> None:
 
     with pytest.raises(GraphUnsupported, match="subclassed"):
         keras_local_graph(Subclassed(), (20, 4))
+
+
+def test_channels_first_and_nested_models() -> None:
+    """A Permute to (4, L) and channels-first layers read along axis 2; a nested model is read
+    through (its layers join the prefix), and a nested model called twice twice."""
+    inner_x = keras.Input((4, 20))
+    inner = keras.Model(
+        inner_x,
+        layers.Conv1D(4, 3, padding="same", data_format="channels_first", name="inner_conv")(
+            inner_x
+        ),
+    )
+    x = keras.Input((20, 4))
+    h = layers.Permute((2, 1))(x)
+    h = layers.Conv1D(4, 3, data_format="channels_first", name="cf")(h)
+    h = layers.ZeroPadding1D(1, data_format="channels_first", name="pad")(h)
+    h = layers.Add()([inner(h), inner(h)])
+    model = keras.Model(x, layers.Dense(2)(layers.Flatten()(h)))
+    graph = assert_reproduces(model, (20, 4))
+    names = [n.name for n in graph.nodes]
+    assert names.count("inner_conv") == 2 and "cf" in names
+    by_name = {n.name: n for n in graph.nodes}
+    assert by_name["cf"].length_axis == 2 and by_name["pad"].pad_left == 1
 
 
 def test_custom_activation_ends_prefix() -> None:
@@ -270,7 +315,7 @@ def test_global_normalisation_ends_prefix() -> None:
     pooled = layers.GlobalAveragePooling1D()(layers.Multiply()([weights, normed]))
     model = keras.Model(x, layers.Dense(2)(pooled))
     graph = assert_reproduces(model, (30, 4))
-    assert _kinds(graph) == ["input", "window", "window"]
+    assert _kinds(graph) == ["input", "window", "pointwise", "window"]
     assert len(graph.cut) == 2
     assert any("'attention' (Softmax)" in note for note in graph.notes)
     assert any("'norm' (LayerNormalization)" in note for note in graph.notes)

@@ -125,17 +125,25 @@ def ism(
         ``f(mutant) - f(reference)``, or ``log f(mutant) - log f(reference)`` for positive
         outputs (counts, probabilities).
     fast : {"auto", True, False}
-        Reuse what a mutation cannot change: each layer up to the first global one (dense,
-        flatten, global pooling) is recomputed only inside the window of positions the mutated
-        base can reach; the rest of the model runs as usual. Same scores as ``fast=False`` up
-        to float32 rounding. ``"auto"`` uses it on a CPU when the model's structure makes it
-        pay (the windows cost at most half of full passes through those layers), never on a
-        GPU (where the small windowed operations are launch-bound); ``True`` whenever the model
-        can be split. A model that cannot be split (an unsupported layer, or a check batch the
-        fast path does not reproduce) runs the exact path with one ``SeqAttribWarning`` naming
-        the reason (under ``"auto"`` not for a model with no local layer at all). The graph is
-        read once per model, input shape and device; every call checks the fast path against
-        the model on a batch of mutants first.
+        Reuse what a mutation cannot change. Every layer up to the first one that mixes all
+        positions (a dense layer on the flattened sequence) is recomputed only over the window
+        of positions the mutated base can reach, and a sum, mean or maximum over positions
+        right after those layers is completed from the reference sequence's values outside the
+        windows; the rest of the model runs as usual. Same scores as ``fast=False`` up to
+        float32 rounding. The model's graph is read once per model, input shape and device
+        (torch models through torch.fx with every argument but the input at its default, so
+        wrappers that index a tuple output, ``if x is None`` branches and arithmetic on
+        ``x.shape`` are read; Keras functional and Sequential models, nested models included,
+        with extra inputs that the model fills from constants); layers that only outputs
+        ``output_fn`` never reads need are skipped. Every call first checks the fast path
+        against the model itself on 7 mutants. ``"auto"`` takes the fast path on a CPU when
+        its cost model predicts at most 0.75 of the exact path's time per mutant (the windows'
+        multiply-adds, the memory passes that build them, the framework calls per batch), and
+        never on a GPU (where the small windowed operations are launch-bound); ``True`` takes
+        it whenever the model can be read. A model that cannot (a layer that cannot be
+        windowed, or a check batch the fast path does not reproduce) runs the exact path with
+        one ``SeqAttribWarning`` naming the layer and what to change (under ``"auto"`` not for
+        a model with no local layer at all). See ``docs/performance-fast-ism.md``.
     [[alphabet_axis]]
     batch_size : int or "auto"
         Mutants per device batch (mutants of many sequences share batches).

@@ -17,11 +17,15 @@ from ...backends import WindowedBackend
 from ...backends._local_graph import GraphUnsupported, NothingLocal
 from ...engine import SequenceSource
 from ...engine.outputs import Head
-from .fast import FastPlan, fast_forward, plan_windows
+from .fast import fast_forward
+from .plan import FastPlan, plan_windows, predicted_costs
 
-#: ``fast="auto"`` takes the fast path when the local prefix's estimated cost per mutant is at
-#: most this fraction of a full pass through it (window widths x taps, summed over layers).
-AUTO_MAX_COST_RATIO = 0.5
+#: ``fast="auto"`` takes the fast path when its predicted cost per mutant is at most this
+#: fraction of the exact path's (``fast.predicted_costs``: multiply-adds of every layer plus
+#: the element passes that building windows, joining them to their context and splicing them
+#: into full values cost, for the windows of each layer against its full length). The margin
+#: covers the cost model's error on the benchmark models (``docs/performance-fast-ism.md``).
+AUTO_MAX_COST_RATIO = 0.75
 
 _PLANS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
@@ -52,11 +56,14 @@ def checked_plan(
             device_key,
             check,
             requested=requested,
+            output_fn=head.output_fn,
         )
 
 
-#: Sequences and mutated positions of the check batch (positions at both ends and inside).
-_CHECK_SEQUENCES = 3
+#: Sequences of the check batch, and its mutated positions: two at each end (windows reach
+#: past the ends there) and three in the middle (three consecutive positions meet every
+#: offset of a stride-3 pooling window): 7 mutants and the reference, through both paths.
+_CHECK_SEQUENCES = 1
 
 
 def _check_fast(
@@ -79,7 +86,8 @@ def _check_fast(
     codes = rng.integers(0, 4, size=(_CHECK_SEQUENCES, L))
     nlc = np.eye(4, dtype=np.float32)[codes]
     x = nlc if length_axis == 1 else np.ascontiguousarray(nlc.transpose(0, 2, 1))
-    spots = np.unique(np.clip([0, 1, 2, L // 3, L // 2, 2 * L // 3, L - 3, L - 2, L - 1], 0, L - 1))
+    middle = L // 2
+    spots = np.unique(np.clip([0, 1, middle, middle + 1, middle + 2, L - 2, L - 1], 0, L - 1))
     seq = np.repeat(np.arange(_CHECK_SEQUENCES), len(spots))
     position = np.tile(spots, _CHECK_SEQUENCES)
     base = (codes[seq, position] + 1 + np.arange(len(seq)) % 3) % 4
@@ -91,14 +99,12 @@ def _check_fast(
     *kept, raw = forward.reference(be.asarray(x))
     fast_reference = be.to_numpy(be.outputs(raw, head))
     fast_mutants = be.to_numpy(
-        be.outputs(
-            forward.mutant_outputs(
-                kept,
-                be.asarray(seq, "int64"),
-                be.asarray(position, "int64"),
-                be.asarray(base, "int64"),
-            ),
-            head,
+        forward.mutant_outputs(
+            kept,
+            be.asarray(seq, "int64"),
+            be.asarray(position, "int64"),
+            be.asarray(base, "int64"),
+            lambda raw: be.outputs(raw, head),
         )
     )
     exact_reference = be.to_numpy(be.forward(model, be.asarray(x), head))
@@ -130,6 +136,7 @@ def fast_plan(
     check: Callable[[FastPlan], float],
     *,
     requested: bool,
+    output_fn: Callable[[Any], Any] | None = None,
 ) -> FastPlan | None:
     """The fast-ISM plan of ``model`` for inputs of ``row_shape``, or None.
 
@@ -152,7 +159,7 @@ def fast_plan(
             return entry
         entry = None  # the model changed since its graph was read: read it again
     if entry is None:
-        entry = per_model[key] = _read(backend, model, row_shape, length_axis, check)
+        entry = per_model[key] = _read(backend, model, row_shape, length_axis, check, output_fn)
     if isinstance(entry, FastPlan):
         return entry
     if not entry.warned and (requested or not entry.quiet_in_auto):
@@ -179,10 +186,11 @@ def _read(
     row_shape: tuple[int, int],
     length_axis: int,
     check: Callable[[FastPlan], float],
+    output_fn: Callable[[Any], Any] | None,
 ) -> FastPlan | _Refusal:
     """Read the model's graph, plan its windows and check the plan; or say why not."""
     try:
-        graph = backend.local_graph(model, row_shape, length_axis)
+        graph = backend.local_graph(model, row_shape, length_axis, output_fn)
         plan = plan_windows(graph, row_shape[length_axis - 1])
         error = check(plan)
     except NothingLocal as exc:
@@ -199,6 +207,8 @@ def _read(
             f"({error:.1f}x the float32 rounding allowed)",
             quiet_in_auto=False,
         )
+    # the costs of passes as this backend runs them (mutants per pass)
+    plan.costs = predicted_costs(plan, fast_forward(backend, plan).rows_per_pass())
     return plan
 
 

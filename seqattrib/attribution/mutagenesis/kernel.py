@@ -57,6 +57,7 @@ class IsmKernel:
         self.fast = fast
         self.extras = extras
         self._fixed = [] if extras is None else extras.fixed(backend)
+        self.variant = "fast" if fast is not None else "exact"  # batch sizes cached apart
         self.source, self.window, self.score, self.func = source, window, score, func
         self.rows_per_sequence = rows_per_sequence
         self.length = source.length
@@ -72,6 +73,11 @@ class IsmKernel:
         if self.extras is None:
             return []
         return self.extras.for_rows(self.backend, payload, self._fixed, local)
+
+    def _selected(self, raw: Any) -> Tensor:
+        """The target outputs of a raw model output."""
+        be: Any = self.backend
+        return be.take(be.outputs(raw, self.head), self._targets, axis=1)
 
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
         be = self.backend
@@ -115,9 +121,8 @@ class IsmKernel:
         position = be.take(be.reshape(payload["position"], (-1,)), entry)
         base = be.take(be.reshape(payload["base"], (-1,)), entry)
         if self.fast is not None:
-            kept = [payload[f"kept{i}"] for i in range(len(self.fast.kept))]
-            raw = self.fast.mutant_outputs(kept, local_t, position, base)
-            outputs = be.take(be.outputs(raw, self.head), self._targets, axis=1)
+            kept = [payload[f"kept{i}"] for i in range(self.fast.n_kept)]
+            outputs = self.fast.mutant_outputs(kept, local_t, position, base, self._selected)
         else:
             x = be.take(payload["x"], local_t)
             at = be.reshape(be.one_hot(position, self.length), self._mask_shape)

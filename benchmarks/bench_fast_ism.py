@@ -1,0 +1,344 @@
+"""Benchmark of fast ISM (``seqattrib.ism(fast=...)``) on published model architectures; prints
+one table of ratios measured in one run.
+
+Run ``python benchmarks/bench_fast_ism.py [--quick] [--models NAME,...] [--no-tangermeme]``.
+
+Models (random weights, ``tests/published_models.py`` and ``tests/models.py``): the BPNet-like
+and Basset-like benchmark models (L=1000, 64 filters), bpnet-lite's BPNet in a CountWrapper
+(2,114 bp in, 1,000 out, 8 dilated layers, 64 filters, the control input left at None),
+Basset (500 bp), a small conv net (500 bp) in torch; the BPNet-like model, chrombpnet's dilated
+residual model (2,114 bp, 64 filters, counts head), CREsted's topic CNN with same-padded max
+pooling (500 bp), Basset and the small conv net in Keras 3 on TensorFlow.
+
+Per model, one full scan of one sequence (3 L mutants), target 0:
+
+1. ``fast=True`` ÷ ``fast=False``, both at ``batch_size="auto"`` (the default), and the path
+   ``fast="auto"`` takes with the ratio its cost model predicted;
+2. (torch) tangermeme ``saturation_mutagenesis(fast=True)`` ÷ ours ``fast=True``, at
+   tangermeme's default batch size (32) and at its best one (the fastest of 16-256 on a quarter
+   of the sequence), ``hypothetical=True``. tangermeme skips its fast path for jobs it predicts
+   under 30 s; that threshold is set to 0 here so ``fast=True`` runs its fast path (or its own
+   fallback, which it warns about).
+
+Every time is CPU seconds (``time.process_time``) of one call on one thread (torch and
+TensorFlow set to one thread), after a warm-up call on half the sequence (tracing, the batch
+size probe). ``--quick`` scans a window of positions instead (a smoke test, not the benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shlex
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import torch  # noqa: E402  (before TensorFlow)
+
+torch.set_num_threads(1)
+
+import models  # noqa: E402
+import published_models as published  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.get_logger().setLevel("ERROR")
+
+import seqattrib  # noqa: E402
+from seqattrib.attribution.mutagenesis import choice  # noqa: E402
+from seqattrib.attribution.mutagenesis.plan import FastPlan  # noqa: E402
+
+TANGERMEME_DEFAULT_BATCH = 32
+TANGERMEME_SIZES = (16, 32, 64, 128, 256)
+
+
+#: Targets of fast ÷ exact, and the models tangermeme runs on (torch).
+TARGETS = {"bpnet": "≤ 0.20", "bpnet-lite": "≤ 0.35", "chrombpnet": "≤ 0.40"}
+TANGERMEME_MODELS = {"bpnet", "basset", "bpnet-lite", "basset-500", "small-500"}
+
+
+# --------------------------------------------------------------------------- timing
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.process_time()
+    out = fn()
+    return time.process_time() - start, out
+
+
+@dataclass
+class Row:
+    model: str
+    framework: str
+    comparison: str
+    settings: str
+    ours: str
+    theirs: str
+    ratio: float | None
+    target: str
+    met: str
+
+
+def meets(value: float | None, target: str) -> str:
+    if value is None or not target:
+        return "—"
+    op, bound = target.split()
+    ok = value <= float(bound) if op == "≤" else value >= float(bound)
+    return "yes" if ok else "**no**"
+
+
+def table(rows: list[Row]) -> str:
+    header = (
+        "model",
+        "framework",
+        "comparison",
+        "settings",
+        "ours (s)",
+        "theirs (s)",
+        "ratio",
+        "target",
+        "met?",
+    )
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        ratio = "—" if r.ratio is None else f"{r.ratio:.2f}"
+        cells = (
+            r.model,
+            r.framework,
+            r.comparison,
+            r.settings,
+            r.ours,
+            r.theirs,
+            ratio,
+            r.target,
+            r.met,
+        )
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- ours
+def ours(spec: Any, model: Any, X: np.ndarray, window: tuple[int, int] | None, fast: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return seqattrib.ism(
+            model, X, target=0, output_fn=spec.output_fn, positions=window, fast=fast
+        )
+
+
+def auto_choice(model: Any) -> tuple[str, float | None, str]:
+    """The path ``fast="auto"`` took on a CPU, the predicted fast ÷ exact, and why."""
+    entries = list(choice._PLANS.get(model, {}).values())
+    if not entries:
+        return "exact", None, "no plan"
+    plan = entries[0]
+    if not isinstance(plan, FastPlan):
+        return "exact", None, f"refused: {plan.reason}"
+    path = "fast" if plan.cost_ratio <= choice.AUTO_MAX_COST_RATIO else "exact"
+    return path, plan.cost_ratio, ""
+
+
+# --------------------------------------------------------------------------- tangermeme
+@contextlib.contextmanager
+def tangermeme_fast_forced(module: Any) -> Iterator[None]:
+    previous = module._FAST_MIN_SECONDS
+    module._FAST_MIN_SECONDS = 0.0
+    try:
+        yield
+    finally:
+        module._FAST_MIN_SECONDS = previous
+
+
+def tangermeme(
+    module: Any, model: Any, X: np.ndarray, window: tuple[int, int], batch: int, notes: list[str]
+) -> np.ndarray:
+    with warnings.catch_warnings(record=True) as caught, tangermeme_fast_forced(module):
+        warnings.simplefilter("always")
+        scores = module.saturation_mutagenesis(
+            model,
+            torch.from_numpy(X),
+            start=window[0],
+            end=window[1],
+            batch_size=batch,
+            target=0,
+            hypothetical=True,
+            device="cpu",
+            fast=True,
+        )
+    for w in caught:
+        if "fast=False" in str(w.message):
+            notes.append(str(w.message))
+    return scores.numpy()
+
+
+def relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+# --------------------------------------------------------------------------- one model
+def run_model(
+    name: str, spec: Any, quick: bool, module: Any, rows: list[Row], notes: list[str]
+) -> None:
+    model = spec.build()
+    layout = "NCL" if spec.framework == "torch" else "NLC"
+    X = models.random_one_hot(1, spec.length, seed=1, layout=layout)
+    L = spec.length
+    window = (L // 2 - 50, L // 2 + 50) if quick else (0, L)
+    warm = (window[0], window[0] + (window[1] - window[0]) // 2)
+    scan = f"N=1, positions {window[0]}:{window[1]} ({3 * (window[1] - window[0])} mutants)"
+    log(f"{name}: warm-up")
+    ours(spec, model, X, warm, "auto")
+    path, predicted, why = auto_choice(model)
+    for fast in (True, False):
+        ours(spec, model, X, warm, fast)
+    log(f"{name}: fast=True, fast=False")
+    t_fast, fast_scores = cpu_seconds(lambda: ours(spec, model, X, window, True))
+    t_exact, exact_scores = cpu_seconds(lambda: ours(spec, model, X, window, False))
+    ratio = t_fast / t_exact
+    right = (path == "fast") == (ratio < 1.0)
+    target = TARGETS.get(name, "")
+    predicted_text = "refused" if predicted is None else f"{predicted:.2f}"
+    rows.append(
+        Row(
+            spec.label,
+            spec.framework,
+            "fast ÷ exact",
+            f"{scan}; batch_size auto; auto took **{path}** (predicted ratio {predicted_text}"
+            f"{', ' + why if why else ''}; {'right' if right else '**wrong**'} by this timing)",
+            f"{t_fast:.2f}",
+            f"{t_exact:.2f}",
+            ratio,
+            target,
+            meets(ratio, target),
+        )
+    )
+    notes.append(
+        f"check {spec.label} {spec.framework}: fast vs exact max|diff| / max|exact| = "
+        f"{relative(fast_scores, exact_scores):.1e}"
+    )
+    if module is None or name not in TANGERMEME_MODELS:
+        return
+    log(f"{name}: tangermeme")
+    start, end = window
+    sweep = (start, start + (end - start) // 4)
+    fallbacks: list[str] = []
+    tangermeme(module, model, X, (start, start + 8), TANGERMEME_DEFAULT_BATCH, [])  # warm-up
+    probe = {
+        b: cpu_seconds(lambda b=b: tangermeme(module, model, X, sweep, b, []))[0]
+        for b in TANGERMEME_SIZES
+    }
+    best = min(probe, key=lambda b: probe[b])
+    sizes = (
+        [TANGERMEME_DEFAULT_BATCH]
+        if best == TANGERMEME_DEFAULT_BATCH
+        else [TANGERMEME_DEFAULT_BATCH, best]
+    )
+    theirs_scores = None
+    for batch in sizes:
+        t_theirs, theirs_scores = cpu_seconds(
+            lambda batch=batch: tangermeme(module, model, X, window, batch, fallbacks)
+        )
+        which = "default" if batch == TANGERMEME_DEFAULT_BATCH else "best"
+        also = " (also its best)" if best == TANGERMEME_DEFAULT_BATCH else ""
+        rows.append(
+            Row(
+                spec.label,
+                spec.framework,
+                "tangermeme fast=True ÷ ours fast=True",
+                f"{scan}; tangermeme batch_size={batch}, its {which}{also} (sweep "
+                + ", ".join(f"{b}: {s:.2f} s" for b, s in probe.items())
+                + f" on positions {sweep[0]}:{sweep[1]}); ours batch_size auto",
+                f"{t_fast:.2f}",
+                f"{t_theirs:.2f}",
+                t_theirs / t_fast,
+                "≥ 1.5" if name == "bpnet" else "",
+                meets(t_theirs / t_fast, "≥ 1.5") if name == "bpnet" else "—",
+            )
+        )
+    hypothetical = seqattrib.ism_to_hypothetical(fast_scores, alphabet_axis=-2)
+    notes.append(
+        f"check {spec.label} torch: ours (hypothetical) vs tangermeme, max|diff| / "
+        f"max|tangermeme| = {relative(hypothetical[..., start:end], theirs_scores):.1e}"
+    )
+    for reason in sorted(set(fallbacks)):
+        notes.append(f"tangermeme warned ({spec.label}): {reason}")
+
+
+# --------------------------------------------------------------------------- main
+def header(module: Any, version: str) -> list[str]:
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    import keras
+
+    return [
+        "command: " + shlex.join([Path(sys.executable).name, *sys.argv]),
+        f"machine: {cpu}, {os.cpu_count()} CPUs, {platform.machine()}; one thread (torch "
+        "set_num_threads(1), TensorFlow intra/inter-op 1)",
+        f"versions: seqattrib {seqattrib.__version__}, torch {torch.__version__}, tensorflow "
+        f"{tf.__version__}, keras {keras.__version__}, numpy {np.__version__}, tangermeme "
+        f"{version}",
+        "load average (1/5/15 min): " + " / ".join(f"{x:.2f}" for x in os.getloadavg()),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    specs = published.BENCHMARK
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a window of 100 positions")
+    parser.add_argument("--models", default=",".join(specs), help="comma-separated names")
+    parser.add_argument("--no-tangermeme", action="store_true")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = set(names) - set(specs)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; choose from {sorted(specs)}")
+    module, version = None, "not used"
+    if not args.no_tangermeme:
+        try:
+            import tangermeme
+            import tangermeme.saturation_mutagenesis as module
+
+            version = str(getattr(tangermeme, "__version__", "?"))
+        except Exception as exc:  # noqa: BLE001 - a benchmark-only dependency
+            module, version = None, f"not available ({type(exc).__name__}: {exc})"
+    rows: list[Row] = []
+    notes: list[str] = []
+    for name in names:
+        run_model(name, specs[name], args.quick, module, rows, notes)
+    print("\n".join(header(module, version)))
+    print()
+    print(table(rows))
+    print()
+    for note in notes:
+        print(f"- {note}")
+
+
+if __name__ == "__main__":
+    main()
