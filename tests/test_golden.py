@@ -1,7 +1,8 @@
 """The package reproduces its recorded results (``tests/golden/record.py``).
 
 Bit for bit in the environment that recorded them; to float32 rounding (1e-5 of the largest
-value) under another CPU or library build, where the frameworks may round differently.
+value) under another CPU or library build, where the frameworks may round differently, and for
+the arrays whose arithmetic was reworked on purpose since (``record.ROUNDING_ONLY``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def test_every_golden_array_is_reproduced(
     recorded_here = str(golden.pop("environment")) == record.environment()
     assert sorted(computed) == sorted(golden)
     for key, expected in golden.items():
-        if recorded_here:
+        if recorded_here and key not in record.ROUNDING_ONLY:
             assert np.array_equal(computed[key], expected), f"{key} differs from the golden array"
         else:
             assert_close(computed[key], expected, FLOAT32)

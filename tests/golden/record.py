@@ -26,6 +26,16 @@ import torch  # noqa: E402
 
 LENGTH = 40
 PATH = HERE / "golden.npz"
+#: Arrays whose computation was changed on purpose after they were recorded, in a way that
+#: moves float32 rounding only: compared to float32 rounding (1e-5 of the largest value) on
+#: every machine. The fast ISM path now adds each mutant's changes to the reference values,
+#: completes sums over positions from float64 tables and runs convolutions channels-last.
+ROUNDING_ONLY = {
+    "torch/ism_fast_bpnet",
+    "torch/ism_fast_basset",
+    "tensorflow/ism_fast_bpnet",
+    "tensorflow/ism_fast_basset",
+}
 
 
 def environment() -> str:
