@@ -143,7 +143,7 @@ def ism(
         it whenever the model can be read. A model that cannot (a layer that cannot be
         windowed, or a check batch the fast path does not reproduce) runs the exact path with
         one ``SeqAttribWarning`` naming the layer and what to change (under ``"auto"`` not for
-        a model with no local layer at all). See ``docs/performance-fast-ism.md``.
+        a model with no local layer at all). The documentation's fast ISM guide lists what is read.
     [[alphabet_axis]]
     batch_size : int or "auto"
         Mutants per device batch (mutants of many sequences share batches).

@@ -24,7 +24,8 @@ from .plan import FastPlan, plan_windows, predicted_costs
 #: fraction of the exact path's (``fast.predicted_costs``: multiply-adds of every layer plus
 #: the element passes that building windows, joining them to their context and splicing them
 #: into full values cost, for the windows of each layer against its full length). The margin
-#: covers the cost model's error on the benchmark models (``docs/performance-fast-ism.md``).
+#: covers the cost model's error on the benchmark models (see the documentation's
+#: performance page).
 AUTO_MAX_COST_RATIO = 0.75
 
 _PLANS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
