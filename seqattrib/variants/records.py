@@ -100,8 +100,24 @@ def _vcf_records(path: str, func: str) -> Iterator[Record]:
         ) from exc
     finally:
         pysam.set_verbosity(quiet)
+    last = "the header"
     with handle:
-        for rec in handle:
+        records = iter(handle)
+        while True:
+            try:
+                rec = next(records)
+            except StopIteration:
+                return
+            except (OSError, ValueError) as exc:
+                raise parameter_error(
+                    func,
+                    "variants",
+                    "a readable VCF or BCF file",
+                    f"{path!r}, whose record after {last} cannot be read ({exc})",
+                    "Check the file with bcftools view.",
+                    described=True,
+                ) from exc
+            last = f"{rec.chrom}:{rec.pos}"
             yield Record(rec.chrom, int(rec.pos), rec.id or ".", rec.ref or "", rec.alts or ())
 
 
