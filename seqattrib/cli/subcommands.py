@@ -141,12 +141,12 @@ def variants(sub: Any) -> Parser:
     p.add_argument(
         "--vcf",
         help="the variants: a VCF or BCF file (plain or bgzip, with or without an index); "
-        "multi-allelic records are split",
+        "multi-allelic records are split (default: none; give --vcf or --table)",
     )
     p.add_argument(
         "--table",
         help="the variants as a TSV/CSV file with columns chrom, pos (1-based), ref, alt "
-        "(and optionally id), instead of --vcf",
+        "(and optionally id), instead of --vcf (default: none)",
     )
     p.add_argument(
         "--length", type=POSITIVE, required=True, help="window length in bases (the model's)"
@@ -173,7 +173,11 @@ def variants(sub: Any) -> Parser:
     p.add_argument(
         "--n-baselines", type=POSITIVE, help="--attributions eig: baselines (default: 64)"
     )
-    p.add_argument("--n-steps", type=POSITIVE, help="--attributions ig/eig: points of each path")
+    p.add_argument(
+        "--n-steps",
+        type=POSITIVE,
+        help="--attributions ig/eig: points of each path (default: the method's)",
+    )
     p.add_argument(
         "--random-state",
         type=int,
