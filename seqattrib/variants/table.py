@@ -51,7 +51,7 @@ def _settings_line(settings: dict[str, Any]) -> str:
     return f"#{FORMAT} " + json.dumps(settings, sort_keys=True, default=str) + "\n"
 
 
-def _read_settings(path: str, func: str, param: str) -> dict[str, Any] | None:
+def _read_settings(path: str) -> dict[str, Any] | None:
     """The settings of an effects table (None: not one)."""
     if _is_parquet(path) and not path.endswith(".partial.tsv"):
         pq = import_optional("pyarrow.parquet")
@@ -163,7 +163,7 @@ class EffectsWriter:
 
     def _check_settings(self, path: str) -> None:
         fix = "Pass overwrite=True to replace it, or choose another path."
-        stored = _read_settings(path, self.func, "out")
+        stored = _read_settings(path)
         if stored is None:
             raise parameter_error(
                 self.func,
@@ -320,7 +320,7 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
         raise parameter_error(
             func, "path", "an existing effects table", path, error=FileNotFoundError
         )
-    settings = _read_settings(path, func, "path")
+    settings = _read_settings(path)
     if settings is None:
         raise parameter_error(func, "path", "a variant effects table", path)
     if _is_parquet(path):
@@ -389,7 +389,7 @@ def merge_effects(
             raise parameter_error(
                 func, "shards", "existing shard tables", path, error=FileNotFoundError
             )
-        settings = _read_settings(path, func, "shards")
+        settings = _read_settings(path)
         if settings is None or "shard" not in settings:
             raise parameter_error(
                 func, "shards", "tables written with --shard i/n", path, described=True
