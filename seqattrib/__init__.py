@@ -24,6 +24,7 @@ from .backends import get_backend
 from .data_attribution import TRAK, TracIn
 from .io import decode, one_hot
 from .loader import load_model
+from .variants import variant_effects
 
 __all__ = [
     "SeqAttribWarning",
@@ -45,4 +46,5 @@ __all__ = [
     "quadrature",
     "relative_standard_error",
     "saliency",
+    "variant_effects",
 ]

@@ -14,6 +14,11 @@ _EXTRAS = {
     "matplotlib": "plot",
     "pyBigWig": "bigwig",
     "pyfaidx": "genome",
+    "pysam": "variants",
+    "pyarrow": "parquet",
+    "pyarrow.csv": "parquet",
+    "pyarrow.parquet": "parquet",
+    "pandas": "",
 }
 
 

@@ -50,6 +50,9 @@ class Method(Protocol):
 
     A method may also have ``run(context, sink, engine, block, verbose) -> bool`` to drive the
     engine itself (e.g. in rounds); returning False leaves the run to the job's single pass.
+    A method whose results are not tracks may have ``open_sink(options, targets, squeeze,
+    shard, description)``, returning its own sink (with ``n_completed`` rows already written,
+    ``close()`` and ``result()``), in memory or in ``options.out``.
     """
 
     @property
@@ -209,8 +212,20 @@ def run_job(
         row_shapes = method.row_shapes(len(targets))
         result_bytes = 4 * sum(int(np.prod(shape)) for shape in row_shapes.values())
         block = host_block(options.max_cpu_sequences, result_bytes)
-        if options.out is None:
-            sink: Any = ArraySink(source.n_sequences, row_shapes)
+        own_sink = getattr(method, "open_sink", None)
+        sink: Any
+        if own_sink is not None:  # a method whose results are not tracks (a table)
+            described = dict(
+                _description(be, members),
+                model_fingerprint=model_fingerprint(
+                    members if len(members) > 1 else members[0], be.state
+                ),
+                output_fn=function_identity(options.output_fn) or "",
+            )
+            sink = own_sink(options, targets, squeeze, shard, described)
+            done = sink.n_completed
+        elif options.out is None:
+            sink = ArraySink(source.n_sequences, row_shapes)
             done = 0
         else:
             sink, seed = _track_writer(
@@ -243,7 +258,7 @@ def run_job(
                 )
                 _run(method, context, sink, options, block)
         finally:
-            if options.out is not None:
+            if options.out is not None or own_sink is not None:
                 sink.close()
     return sink.result(), squeeze
 
@@ -325,7 +340,7 @@ def _track_writer(
         settings=settings,
         seed=seed,
         adopt_seed=stored_random_state is None,
-        description={"backend": be.name, "model": " + ".join(be.describe(m) for m in members)},
+        description=_description(be, members),
         model_fingerprint=model_fingerprint(members if len(members) > 1 else members[0], be.state),
         output_fn=function_identity(options.output_fn),
         provenance=identity.provenance,
@@ -333,6 +348,11 @@ def _track_writer(
         overwrite=options.overwrite,
         block_sequences=block,
     )
+
+
+def _description(be: Backend, members: list[Any]) -> dict[str, str]:
+    """The backend and the model, as files store them (not compared on resume)."""
+    return {"backend": be.name, "model": " + ".join(be.describe(m) for m in members)}
 
 
 def drop_target_axis(result: dict[str, np.ndarray], squeeze: bool) -> dict[str, np.ndarray]:

@@ -150,6 +150,48 @@ def ism(args: argparse.Namespace) -> str:
     return str(path)
 
 
+def variants(args: argparse.Namespace) -> str:
+    from ..variants import variant_effects
+
+    if bool(args.vcf) == bool(args.table):
+        raise parameter_error(
+            "seqattrib variants",
+            "--vcf",
+            "given, or --table instead (one of them)",
+            "both" if args.vcf else "neither",
+            "Pass --vcf calls.vcf.gz, or --table variants.tsv (chrom, pos, ref, alt).",
+            described=True,
+        )
+    model = load_model(args.model, weights=args.weights)
+    framework = model_framework(model)
+    shard = args.shard if args.shard is not None else resolve_shard(None)
+    given = {"n_baselines": args.n_baselines, "n_steps": args.n_steps}
+    options = {key: value for key, value in given.items() if value is not None}
+    if args.attributions in ("ig", "eig"):
+        options["random_state"] = args.random_state
+    path = variant_effects(
+        model,
+        args.genome,
+        args.vcf or args.table,
+        length=args.length,
+        target=args.target,
+        score=args.score,
+        attributions=args.attributions,
+        attribution_options=options or None,
+        layout=args.layout or ("NCL" if framework == "torch" else "NLC"),
+        batch_size=args.batch_size,
+        max_cpu_sequences=args.max_cpu_sequences,
+        device=args.device,
+        verbose=not args.quiet,
+        backend=framework,
+        out=args.out if shard is None else shard_path(args.out, *shard),
+        overwrite=args.overwrite,
+        shard=shard,
+    )
+    print(path)
+    return str(path)
+
+
 def export(args: argparse.Namespace) -> list[Path]:
     from ..io import export_bigwig, export_modisco
 
@@ -185,6 +227,8 @@ def plot(args: argparse.Namespace) -> Path:
             "seqattrib plot", "--overwrite", "given to replace", args.output, error=FileExistsError
         )
     row, start, end = _plot_window(args)
+    if args.alt:
+        return _plot_variant(args, row, start, end)
     tracks = read_tracks(args.tracks, rows=slice(row, row + 1))
     scores = tracks.attributions[0]
     settings = tracks.settings
@@ -208,6 +252,49 @@ def plot(args: argparse.Namespace) -> Path:
         if not settings.get("multiply_by_inputs", False):
             scores = scores * tracks.sequences[0]  # hypothetical -> contributions
         plot_logo(scores, coordinates=coordinates, **draw)
+    print(args.output)
+    return Path(args.output)
+
+
+def _plot_variant(args: argparse.Namespace, row: int, start: int | None, end: int | None) -> Path:
+    """The row of TRACKS (reference windows) above the row of --alt, around the variant."""
+    from ..io import read_tracks
+    from ..plot import plot_variant
+
+    ref, alt = (read_tracks(p, rows=slice(row, row + 1)) for p in (args.tracks, args.alt))
+    if ref.regions is None or alt.regions is None:
+        raise parameter_error(
+            "seqattrib plot",
+            "--alt",
+            "the tracks of seqattrib variants --attributions, with TRACKS its .ref.h5",
+            args.alt,
+        )
+    settings = ref.settings
+    targets = settings["targets"]
+    if args.target not in targets:
+        raise parameter_error("seqattrib plot", "--target", f"one of {targets}", args.target)
+    scores = [t.attributions[0] for t in (ref, alt)]
+    if scores[0].ndim == 3:
+        scores = [s[targets.index(args.target)] for s in scores]
+    method = settings["method"]
+    if method != "ism" and not settings.get("multiply_by_inputs", False):
+        scores = [s * t.sequences[0] for s, t in zip(scores, (ref, alt), strict=True)]
+    axis = -1 if int(ref.attrs["alphabet_axis"]) == -1 else 0
+    names = args.class_names.split(",") if args.class_names else None
+    name = names[targets.index(args.target)] if names else f"target {args.target}"
+    chrom, first = ref.regions.chrom[0], int(ref.regions.start[0])
+    plot_variant(
+        scores[0],
+        scores[1],
+        offset=int(alt.regions.start[0]) - first,
+        start=start,
+        end=end,
+        kind="ism" if method == "ism" else "logo",
+        alphabet_axis=axis,
+        title=f"{name}, {method} (row {row}, {chrom}:{first + 1:,})",
+        path=args.output,
+        coordinates=(chrom, first),
+    )
     print(args.output)
     return Path(args.output)
 
@@ -254,8 +341,11 @@ def _plot_window(args: argparse.Namespace) -> tuple[int, int | None, int | None]
 
 def merge(args: argparse.Namespace) -> Path:
     from ..io.merge import merge_tracks
+    from ..variants import merge_effects
 
-    path = merge_tracks(args.shards, args.output, overwrite=args.overwrite)
+    tables = args.shards[0].lower().endswith((".tsv", ".txt", ".parquet"))
+    join = merge_effects if tables else merge_tracks
+    path = join(args.shards, args.output, overwrite=args.overwrite)
     print(path)
     return path
 
@@ -297,6 +387,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
 COMMANDS = {
     "explain": explain,
     "ism": ism,
+    "variants": variants,
     "export": export,
     "plot": plot,
     "merge": merge,

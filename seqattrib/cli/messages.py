@@ -41,6 +41,11 @@ FLAGS = {
     "chrom_sizes": "--chrom-sizes",
     "shard": "--shard",
     "shards": "the shard files",
+    "variants": "--vcf/--table",
+    "genome": "--genome",
+    "attributions": "--attributions",
+    "attribution_options": "--n-baselines/--n-steps",
+    "layout": "--layout",
 }
 #: Keyword spellings of the library's advice, and how they are typed on the command line.
 _IDIOMS = [

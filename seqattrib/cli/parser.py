@@ -15,6 +15,8 @@ EPILOG = """examples:
   seqattrib explain --model model.pt2 --genome hg38.fa --regions peaks.narrowPeak \\
       --length 2114 --method eig --target 0,2 --out tracks.h5
   seqattrib ism --model demo --fasta seqs.fa --out ism.h5
+  seqattrib variants --model model.pt2 --genome hg38.fa --vcf calls.vcf.gz \\
+      --length 2114 --out effects.tsv
   seqattrib export modisco tracks.h5 -o modisco/
   seqattrib export bigwig tracks.h5 -o tracks/ --chrom-sizes hg38.chrom.sizes
   seqattrib plot tracks.h5 --row 0 -o logo.png

@@ -7,14 +7,18 @@ from collections.abc import Callable
 from typing import Any
 
 from .parser import (
+    BATCH_SIZE,
     POSITIVE,
     POSITIVE_FLOAT,
+    SHARD,
+    TARGETS,
     WINDOW,
     Parser,
     add_model_and_sequences,
     add_run,
 )
 
+SCORES = ("delta", "log_ratio")
 RULES = ["riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle", "gausslegendre"]
 
 
@@ -122,6 +126,108 @@ def ism(sub: Any) -> Parser:
     return p
 
 
+def _scores(text: str) -> list[str]:
+    names = text.split(",")
+    if not names or any(n not in SCORES for n in names):
+        raise argparse.ArgumentTypeError(f"expected delta, log_ratio or both, got {text!r}")
+    return names
+
+
+def variants(sub: Any) -> Parser:
+    from ..attribution.methods import METHODS
+
+    p = _sub(sub, "variants", "effects of the variants of a VCF or a table into a TSV table")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the model: a torch.export .pt2 file, a TorchScript file, a .keras/.h5 file, a "
+        "SavedModel folder, pkg.module:factory, or 'demo' / 'demo-keras'",
+    )
+    p.add_argument("--weights", help="weights loaded into a pkg.module:factory model")
+    p.add_argument("--genome", required=True, help="the genome FASTA (plain or bgzip)")
+    p.add_argument(
+        "--vcf",
+        help="the variants: a VCF or BCF file (plain or bgzip, with or without an index); "
+        "multi-allelic records are split (default: none; give --vcf or --table)",
+    )
+    p.add_argument(
+        "--table",
+        help="the variants as a TSV/CSV file with columns chrom, pos (1-based), ref, alt "
+        "(and optionally id), instead of --vcf (default: none)",
+    )
+    p.add_argument(
+        "--length", type=POSITIVE, required=True, help="window length in bases (the model's)"
+    )
+    p.add_argument(
+        "--target",
+        type=TARGETS,
+        default=0,
+        help="output index, a comma list (0,2) or 'all' (default: 0)",
+    )
+    p.add_argument(
+        "--score",
+        type=_scores,
+        default=list(SCORES),
+        help="delta (alt - ref), log_ratio (log alt - log ref, for positive outputs) or both "
+        "as delta,log_ratio (default: delta,log_ratio)",
+    )
+    p.add_argument(
+        "--attributions",
+        choices=list(METHODS),
+        help="also write attribution tracks of the reference and alternative windows with "
+        "this method into OUT_STEM.ref.h5 and OUT_STEM.alt.h5 (default: none)",
+    )
+    p.add_argument(
+        "--n-baselines", type=POSITIVE, help="--attributions eig: baselines (default: 64)"
+    )
+    p.add_argument(
+        "--n-steps",
+        type=POSITIVE,
+        help="--attributions ig/eig: points of each path (default: the method's)",
+    )
+    p.add_argument(
+        "--random-state",
+        type=int,
+        default=0,
+        help="--attributions eig: seed of the baselines (default: %(default)s)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=["NLC", "NCL"],
+        help="layout of the attribution tracks (default: NCL for torch models, NLC for Keras)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=BATCH_SIZE,
+        default="auto",
+        help="windows per device batch, or 'auto' to probe the fastest (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-cpu-sequences",
+        type=POSITIVE,
+        default=1024,
+        help="finished variants held on the host before they are written (default: %(default)s)",
+    )
+    p.add_argument(
+        "--device", help="cpu, cuda, cuda:1 or /GPU:0 (default: where the model is loaded)"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the table to write: TSV, or Parquet for a .parquet name; a rerun with the same "
+        "settings resumes it",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace --out instead of resuming it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--shard",
+        type=SHARD,
+        help="i/n: score the i-th of n contiguous blocks of the variants into "
+        "OUT.shard-i-of-n.tsv (default: from SLURM_ARRAY_TASK_ID/COUNT or RANK/WORLD_SIZE)",
+    )
+    return p
+
+
 def export(sub: Any) -> Parser:
     p = _sub(sub, "export", "TF-MoDISco inputs or bigWig tracks from a tracks file")
     p.add_argument("format", choices=["modisco", "bigwig"], help="what to write")
@@ -152,6 +258,11 @@ def plot(sub: Any) -> Parser:
         help="output index, in files with several (default: %(default)s)",
     )
     p.add_argument("--class-names", help="comma list naming the targets, for the title")
+    p.add_argument(
+        "--alt",
+        help="the alternative tracks of seqattrib variants --attributions (OUT.alt.h5): draw "
+        "the row of TRACKS (OUT.ref.h5) above it, around the variant (default: TRACKS alone)",
+    )
     p.add_argument("--start", type=int, help="first position drawn, 0-based in the window")
     p.add_argument("--end", type=int, help="position after the last one drawn")
     p.add_argument("-o", "--output", required=True, help="the image: .png, .pdf or .svg")
@@ -160,9 +271,14 @@ def plot(sub: Any) -> Parser:
 
 
 def merge(sub: Any) -> Parser:
-    p = _sub(sub, "merge", "join the shard files of a sharded run into one tracks file")
-    p.add_argument("shards", nargs="+", help="every shard file of the job, in any order")
-    p.add_argument("-o", "--output", required=True, help="the merged tracks file")
+    p = _sub(sub, "merge", "join the shard files of a sharded run into one file")
+    p.add_argument(
+        "shards",
+        nargs="+",
+        help="every shard file of the job, in any order: tracks files, or the tables of "
+        "seqattrib variants (their attribution tracks are merged with them)",
+    )
+    p.add_argument("-o", "--output", required=True, help="the merged tracks file or table")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     return p
 
@@ -212,6 +328,7 @@ def demo(sub: Any) -> Parser:
 SUBCOMMANDS: dict[str, Callable[[Any], Parser]] = {
     "explain": explain,
     "ism": ism,
+    "variants": variants,
     "export": export,
     "plot": plot,
     "merge": merge,

@@ -7,5 +7,6 @@ Only numpy is imported here; matplotlib is imported by the functions that draw
 from __future__ import annotations
 
 from .logo import plot_ism, plot_logo
+from .variant import plot_variant
 
-__all__ = ["plot_ism", "plot_logo"]
+__all__ = ["plot_ism", "plot_logo", "plot_variant"]

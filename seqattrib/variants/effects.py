@@ -1,0 +1,418 @@
+"""``variant_effects``: what real variants do to a model's predictions, from a VCF or a table."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import numpy as np
+
+from .._errors import SeqAttribWarning, parameter_error
+from ..attribution.job import JobContext, run_job
+from ..attribution.options import RunOptions, shared_docs
+from ..engine import as_source
+from ..io.fingerprint import file_fingerprint, regions_fingerprint
+from ..io.regions import check_length
+from ..shards import Shard
+from .catalog import Catalog, GenomeText, Skipped, VariantStream, WindowArray, catalog
+from .kernel import VariantKernel
+from .records import describe, open_records
+from .table import FORMAT, EffectsWriter, companion, write_skipped
+
+__all__ = ["VariantEffects", "variant_effects"]
+
+SCORES = ("delta", "log_ratio")
+#: Keywords of the attribution methods that ``variant_effects`` sets itself.
+_RESERVED = (
+    "target",
+    "output_fn",
+    "batch_size",
+    "max_cpu_sequences",
+    "device",
+    "verbose",
+    "backend",
+    "out",
+    "overwrite",
+    "regions",
+    "shard",
+    "alphabet_axis",
+)
+
+
+@dataclass
+class VariantEffects:
+    """The effects of variants on a model, in memory (``variant_effects`` without ``out``).
+
+    Attributes
+    ----------
+    variants : dict of str to ndarray
+        ``chrom``, ``pos`` (1-based), ``id``, ``ref``, ``alt`` of each scored variant, shape
+        (n_variants,), in input order (multi-allelic records split into one row per ALT).
+    predictions : dict of str to ndarray of float32
+        ``"ref"`` and ``"alt"``: the model's outputs on the reference and alternative windows,
+        shape (n_variants,) for an int target, else (n_variants, K).
+    scores : dict of str to ndarray of float32
+        ``"delta"`` (alt - ref) and/or ``"log_ratio"`` (log alt - log ref), shaped as the
+        predictions.
+    targets : list of int
+    skipped : list of tuple
+        ``(chrom, pos, id, ref, alt, reason, detail)`` of each variant not scored.
+    attributions : dict of str to ndarray, or None
+        ``"ref"`` and ``"alt"`` attribution tracks, (n_variants, [K,] length, 4) in ``layout``.
+    """
+
+    variants: dict[str, np.ndarray]
+    predictions: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray]
+    targets: list[int]
+    skipped: list[tuple[Any, ...]] = field(default_factory=list)
+    attributions: dict[str, np.ndarray] | None = None
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The table's columns, as in a written file (``ref_0``, ``alt_0``, ``delta_0``, ...)."""
+        out = dict(self.variants)
+        quantities = {**self.predictions, **self.scores}
+        for name, values in quantities.items():
+            table = values if values.ndim == 2 else values[:, None]
+            for k, t in enumerate(self.targets):
+                out[f"{name}_{t}"] = table[:, k]
+        return out
+
+    def to_frame(self) -> Any:
+        """The table as a pandas DataFrame (``pip install pandas``)."""
+        from .._optional import import_optional
+
+        return import_optional("pandas").DataFrame(self.columns())
+
+
+@dataclass(frozen=True)
+class VariantMethod:
+    """Reference and alternative predictions of every kept variant (the job layer's method)."""
+
+    stream: VariantStream
+    scores: tuple[str, ...]
+    run_settings: dict[str, Any]
+    func: str = "variant_effects"
+    random_state: Any = 0
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.run_settings)
+
+    def row_shapes(self, n_targets: int) -> dict[str, tuple[int, ...]]:
+        return {"ref": (n_targets,), "alt": (n_targets,)}
+
+    def kernel(self, context: JobContext) -> VariantKernel:
+        return VariantKernel(
+            context.backend,
+            context.model,
+            head=context.head,
+            targets=context.targets,
+            stream=self.stream,
+            offset=context.row_offset,
+            first=context.row_offset + context.source.offset,
+            n_variants=context.source.n_sequences,
+            scores=self.scores,
+            func=self.func,
+        )
+
+    def open_sink(
+        self,
+        options: RunOptions,
+        targets: list[int],
+        squeeze: bool,
+        shard: Shard | None,
+        description: dict[str, str],
+    ) -> EffectsWriter:
+        settings = dict(self.run_settings, targets=targets, description=description)
+        if shard is not None:
+            settings["shard"] = shard.setting()
+        n = self.stream.catalog.n if shard is None else shard.stop - shard.start
+        return EffectsWriter(
+            options.out,
+            stream=self.stream,
+            offset=0 if shard is None else shard.start,
+            n_variants=n,
+            targets=targets,
+            scores=self.scores,
+            squeeze=squeeze,
+            settings=settings,
+            overwrite=options.overwrite,
+            func=self.func,
+        )
+
+
+def _content_fingerprint(variants: Any, records: Any) -> str:
+    """A digest of the variants: the file's bytes, or (a table in memory) its records."""
+    if isinstance(variants, (str, os.PathLike)):
+        return file_fingerprint(variants)
+    digest = hashlib.blake2b(digest_size=16)
+    for rec in records():
+        digest.update(f"{rec.chrom}|{rec.pos}|{rec.ref}|{','.join(rec.alts)}\n".encode())
+    return digest.hexdigest()
+
+
+def _sizes_digest(text: Any) -> str:
+    """A genome given as a dict of sequences: a digest of its names and lengths."""
+    return regions_fingerprint(list(text.sizes), list(text.sizes.values()), [0] * len(text.sizes))
+
+
+def _check_scores(score: Any, func: str) -> tuple[str, ...]:
+    names = (score,) if isinstance(score, str) else tuple(score) if score is not None else ()
+    if not names or any(s not in SCORES for s in names) or len(set(names)) != len(names):
+        raise parameter_error(func, "score", "'delta', 'log_ratio' or a sequence of both", score)
+    return tuple(s for s in SCORES if s in names)
+
+
+def _check_attributions(attributions: Any, options: Any, layout: Any, func: str) -> dict[str, Any]:
+    from ..attribution.methods import METHODS
+
+    if attributions is not None and attributions not in METHODS:
+        raise parameter_error(
+            func,
+            "attributions",
+            "None or one of " + ", ".join(repr(m) for m in METHODS),
+            attributions,
+        )
+    if layout not in ("NLC", "NCL"):
+        raise parameter_error(func, "layout", "'NLC' or 'NCL'", layout)
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or any(k in _RESERVED for k in options):
+        raise parameter_error(
+            func,
+            "attribution_options",
+            "None or a dict of the attribution method's own keywords",
+            options,
+            "target, batch_size, device, out and the other shared keywords are set by "
+            "variant_effects itself.",
+        )
+    return dict(options)
+
+
+@shared_docs
+def variant_effects(
+    model: Any,
+    genome: Any,
+    variants: Any,
+    *,
+    length: int,
+    target: int | Sequence[int] | None = 0,
+    output_fn: Callable[[Any], Any] | None = None,
+    score: str | Sequence[str] = ("delta", "log_ratio"),
+    attributions: str | None = None,
+    attribution_options: Mapping[str, Any] | None = None,
+    layout: Literal["NLC", "NCL"] = "NLC",
+    batch_size: int | Literal["auto"] = "auto",
+    max_cpu_sequences: int = 1024,
+    device: Any = None,
+    verbose: bool = False,
+    backend: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    shard: tuple[int, int] | None = None,
+) -> VariantEffects | str:
+    """Predict what each variant of a VCF or a table does: model(alt) vs model(ref).
+
+    Use this to score real variants (SNVs, indels, multi-allelic sites) in their genome context;
+    use ``ism`` to scan every possible substitution of a window instead. Each variant gets a
+    reference window of ``length`` from the genome, with its first REF base at ``length // 2``,
+    and an alternative window of the same length: the REF bases replaced by ALT, re-centred by
+    half the length change and trimmed or filled from the genome on both sides (the convention
+    is in the guide, "Variant effects"). Reference and alternative windows of many variants
+    share each device batch (an SNV's alternative window is made on the device); variants at
+    one position share one reference pass; all K targets come from the same passes.
+
+    Parameters
+    ----------
+    [[model]]
+    genome : seqattrib.io.Genome, str or path of a FASTA file, or dict of name to sequence
+    variants : str or path, DataFrame or dict of columns
+        A VCF or BCF file (plain or bgzip, with or without an index; ``pip install
+        'seqattrib[variants]'``), a TSV/CSV file, a DataFrame or a dict with columns ``chrom``,
+        ``pos`` (1-based), ``ref``, ``alt`` (and optionally ``id``); several comma-separated
+        ALT alleles are split into one row each. Variants whose REF differs from the genome,
+        symbolic or non-ACGTN alleles, alleles longer than ``length``, and variants too close
+        to a chromosome end (or on a chromosome the genome lacks) are skipped, with one
+        ``SeqAttribWarning`` counting each reason (and, with ``out``, a list beside it).
+    length : int
+        Window length in bases (the model's input length).
+    target : int, sequence of int or None
+        Output index; a sequence of K indices (all from the same forward passes); None for all.
+    [[output_fn]]
+    score : {"delta", "log_ratio"} or a sequence of both
+        ``f(alt) - f(ref)`` and/or ``log f(alt) - log f(ref)`` (positive outputs: counts,
+        probabilities; NaN with a warning where a prediction is not positive).
+    attributions : str, optional
+        Also write attribution tracks of the reference and alternative windows with this
+        ``explain`` method (``"eig"``, ``"ism"``, ``"saliency"``, ...): with ``out``, into
+        ``OUT_STEM.ref.h5`` and ``OUT_STEM.alt.h5`` (tracks files, ``seqattrib plot --alt``
+        draws them side by side).
+    attribution_options : dict, optional
+        The attribution method's own keywords (``n_baselines``, ``random_state``, ...).
+    layout : {"NLC", "NCL"}
+        Layout of the attribution tracks; the model is fed the layout it takes either way.
+    batch_size : int or "auto"
+        Windows per device batch (reference and alternative windows of many variants).
+    [[max_cpu_sequences]]
+    [[device]]
+    [[verbose]]
+    [[backend]]
+    out : path, optional
+        Stream the table into this file (TSV; Parquet for a ``.parquet`` name, ``pip install
+        'seqattrib[parquet]'``) and return its path; a rerun with the same settings resumes it.
+    [[overwrite]]
+    shard : (index, count), optional
+        Score only the index-th of count contiguous blocks of the kept variants;
+        ``seqattrib.variants.merge_effects`` joins the shard tables.
+
+    Returns
+    -------
+    VariantEffects, or the path of ``out``
+        The table has one row per kept variant: ``chrom``, ``pos``, ``id``, ``ref``, ``alt``,
+        then ``ref_T``, ``alt_T`` and the scores (``delta_T``, ``log_ratio_T``) per target T.
+    """
+    func = "variant_effects"
+    length = check_length(length, func)
+    scores = _check_scores(score, func)
+    extra = _check_attributions(attributions, attribution_options, layout, func)
+    options = RunOptions.check(
+        func,
+        target=target,
+        output_fn=output_fn,
+        alphabet_axis=-1,
+        batch_size=batch_size,
+        max_cpu_sequences=max_cpu_sequences,
+        device=device,
+        verbose=verbose,
+        backend=backend,
+        out=out,
+        overwrite=overwrite,
+        regions=None,
+        shard=shard,
+    )
+    text = GenomeText(genome, func)
+    records = open_records(variants, func)
+    found = catalog(records, text, length, func)
+    _report(found, options.out, func)
+    keep = max(8192, 4 * options.max_cpu_sequences)
+    stream = VariantStream(records, found, text, length, func, keep=keep)
+    settings = {
+        "format": FORMAT,
+        "variants": describe(variants),
+        # what the table's rows were made from, compared on resume and merge
+        "variants_fingerprint": _content_fingerprint(variants, records),
+        "genome_fingerprint": file_fingerprint(text.path) if text.path else _sizes_digest(text),
+        "n_alleles": found.n_alleles,
+        "n_variants": found.n,
+        "genome": text.name,
+        "length": length,
+        "scores": list(scores),
+        "attributions": attributions,
+        "attribution_options": extra,
+    }
+    method = VariantMethod(stream, scores, settings)
+    source = as_source(WindowArray(stream, "ref"), -1, func)
+    result, squeeze = run_job(method, model, source, options)
+    tracks = None
+    if attributions is not None:
+        tracks = {
+            allele: _attributions(
+                model, records, found, text, allele, attributions, extra, layout, length, options
+            )
+            for allele in ("ref", "alt")
+        }
+    if isinstance(result, str):
+        return result
+    return _in_memory(result, found.skipped, scores, squeeze, tracks)  # type: ignore[arg-type]
+
+
+def _report(found: Catalog, out: str | None, func: str) -> None:
+    if len(found.skipped):
+        warnings.warn(
+            f"{func} {found.skipped.summary(found.n_alleles)}"
+            + (f"; the list is in {companion(out, 'skipped')}" if out else ""),
+            SeqAttribWarning,
+            stacklevel=3,
+        )
+    if out is not None:
+        write_skipped(companion(out, "skipped"), found.skipped)
+    if found.n == 0:
+        raise parameter_error(
+            func,
+            "variants",
+            "at least one variant to score",
+            f"none of {found.n_alleles} ({found.skipped.summary(found.n_alleles)})",
+            "Check that the variants and the genome use the same assembly and chromosome names.",
+            described=True,
+        )
+
+
+def _attributions(
+    model: Any,
+    records: Any,
+    found: Catalog,
+    text: GenomeText,
+    allele: str,
+    method: str,
+    extra: dict[str, Any],
+    layout: str,
+    length: int,
+    options: RunOptions,
+) -> Any:
+    """Attribution tracks of every kept variant's ``allele`` window (``explain``)."""
+    from ..attribution.methods import explain
+
+    stream = VariantStream(records, found, text, length, options.func)
+    starts = stream.window_starts(allele)
+    regions = SimpleNamespace(
+        chrom=[found.chroms[i] for i in found.chrom], start=starts, end=starts + length
+    )
+    path = None if options.out is None else companion(options.out, allele)
+    return explain(
+        model,
+        WindowArray(stream, allele, layout),
+        method=method,
+        target=options.target,
+        output_fn=options.output_fn,
+        batch_size="auto" if options.batch_size is None else options.batch_size,
+        max_cpu_sequences=options.max_cpu_sequences,
+        device=options.device,
+        verbose=options.verbose,
+        backend=options.backend,
+        out=path,
+        overwrite=options.overwrite,
+        regions=regions if path is not None else None,
+        shard=options.shard,
+        **extra,
+    )
+
+
+def _in_memory(
+    result: tuple[list[tuple[str, int, str, str, str]], np.ndarray, list[int]],
+    skipped: Skipped,
+    scores: tuple[str, ...],
+    squeeze: bool,
+    tracks: dict[str, Any] | None,
+) -> VariantEffects:
+    identity, values, targets = result
+    names = ("chrom", "pos", "id", "ref", "alt")
+    variants = {
+        name: np.array([row[i] for row in identity], dtype=np.int64 if name == "pos" else str)
+        for i, name in enumerate(names)
+    }
+    quantities = ("ref", "alt", *scores)
+    blocks = values.reshape(len(values), len(quantities), len(targets))
+    tables = {q: blocks[:, i, 0] if squeeze else blocks[:, i] for i, q in enumerate(quantities)}
+    return VariantEffects(
+        variants,
+        {"ref": tables["ref"], "alt": tables["alt"]},
+        {q: tables[q] for q in scores},
+        targets,
+        list(skipped.rows),
+        tracks,
+    )
