@@ -77,6 +77,50 @@ def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int
         yield start, block
 
 
+def _export_arrays(
+    scores: Any,
+    sequences: Any,
+    outdir: Path,
+    class_names: Any,
+    overwrite: bool,
+    func: str,
+) -> list[Path]:
+    """TF-MoDISco inputs of hypothetical scores and sequences held in memory."""
+    from ..engine.source import infer_alphabet_axis
+
+    if sequences is None:
+        raise parameter_error(
+            func,
+            "sequences",
+            "the one-hot sequences when the scores are arrays",
+            None,
+            "Pass sequences=X, the array the scores explain.",
+        )
+    X = np.asarray(sequences, dtype=np.float32)
+    axis = infer_alphabet_axis(X.shape, None, func)
+    values = np.asarray(scores, dtype=np.float32)
+    if values.ndim == 3:
+        values = values[:, None]
+    if values.ndim != 4 or values.shape[0] != X.shape[0] or values.shape[2:] != X.shape[1:]:
+        raise parameter_error(
+            func,
+            "tracks",
+            f"scores of shape (N, [K,] {X.shape[1]}, {X.shape[2]}) for sequences of shape "
+            f"{X.shape}",
+            f"shape {values.shape}",
+            described=True,
+        )
+    names = _class_names(list(range(values.shape[1])), class_names, func)
+    paths = [outdir / f"{name}_{kind}" for name in names for kind in ("ohe.npz", "attr.npz")]
+    _check_outdir(outdir, paths, overwrite, func)
+    ohe = _ncl(X, axis).astype(np.int8)
+    for k, name in enumerate(names):
+        _write_npz(outdir / f"{name}_ohe.npz", ohe.shape, np.int8, iter([ohe]), func)
+        attr = _ncl(values[:, k], axis)
+        _write_npz(outdir / f"{name}_attr.npz", attr.shape, np.float32, iter([attr]), func)
+    return paths
+
+
 def _ncl(block: np.ndarray, alphabet_axis: int) -> np.ndarray:
     return block.transpose(0, 2, 1) if alphabet_axis == -1 else block
 
@@ -158,13 +202,14 @@ def _check_outdir(outdir: PathLike, paths: list[Path], overwrite: bool, func: st
 
 
 def export_modisco(
-    tracks: PathLike,
+    tracks: PathLike | np.ndarray,
     outdir: PathLike,
     *,
+    sequences: Any = None,
     class_names: Sequence[str] | Mapping[int, str] | None = None,
     overwrite: bool = False,
 ) -> list[Path]:
-    """Write TF-MoDISco inputs for every target class of a tracks file.
+    """Write TF-MoDISco inputs for every target class of a tracks file, or of arrays.
 
     Per class: ``{class}_ohe.npz`` and ``{class}_attr.npz`` (member ``arr_0``, shape
     (n_sequences, 4, length), hypothetical scores), and ``{class}_regions.bed`` when the file
@@ -174,10 +219,14 @@ def export_modisco(
 
     Parameters
     ----------
-    tracks : path
-        A tracks file written with ``out=``.
+    tracks : path, or array of shape (N, [K,] L, 4) or (N, [K,] 4, L)
+        A tracks file written with ``out=``, or hypothetical scores in memory (from
+        ``multiply_by_inputs=False``, or ``ism_to_hypothetical``), in the layout of
+        ``sequences``.
     outdir : path
         An existing folder.
+    sequences : array of shape (N, L, 4) or (N, 4, L), optional
+        With scores in memory: the one-hot sequences they explain.
     class_names : list or dict, optional
         Names per target (default ``target{index}``).
     overwrite : bool
@@ -189,6 +238,8 @@ def export_modisco(
         The files written.
     """
     func = "export_modisco"
+    if not isinstance(tracks, (str, os.PathLike)):
+        return _export_arrays(tracks, sequences, Path(outdir), class_names, overwrite, func)
     f = open_tracks(tracks, func, "tracks")
     try:
         targets, squeezed = _targets(f)

@@ -145,3 +145,25 @@ def test_modisco_finds_the_planted_gata_motif_on_the_demo(tmp_path):
             contrib = pattern["contrib_scores"][:]
             consensus.append("".join("ACGT"[i] for i in contrib.argmax(axis=1)))
     assert any("GATA" in c or "TATC" in c for c in consensus), consensus
+
+
+def test_export_modisco_takes_arrays_like_a_tracks_file(tmp_path):
+    """Scores in memory give the files a tracks file of the same scores gives."""
+    import seqattrib as sa
+    from seqattrib import demo
+
+    X = sa.one_hot(demo.load_data()["sequences"][:6], layout="NCL")
+    model = demo.torch_model()
+    kwargs = dict(target=[0, 2], n_baselines=3, multiply_by_inputs=False)
+    scores = sa.expected_integrated_gradients(model, X, **kwargs)
+    path = sa.expected_integrated_gradients(model, X, out=tmp_path / "t.h5", **kwargs)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    from_arrays = export_modisco(scores, tmp_path / "a", sequences=X, class_names=["x", "y"])
+    from_file = export_modisco(path, tmp_path / "b", class_names=["x", "y"])
+    assert [p.name for p in from_arrays] == [p.name for p in from_file]
+    for a, b in zip(from_arrays, from_file, strict=True):
+        with np.load(a) as left, np.load(b) as right:
+            np.testing.assert_array_equal(left["arr_0"], right["arr_0"])
+    with pytest.raises(ValueError, match="'sequences'"):
+        export_modisco(scores, tmp_path / "a", overwrite=True)
