@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> None:
         weights = models.bpnet_weights() if kind == "bpnet" else models.crested_weights()
         model = models.torch_model(kind, weights, "NCL")
 
-        def ours(variants: dict[str, list[Any]] = rows, model: Any = model) -> Any:
+        def ours(
+            variants: dict[str, list[Any]] = rows, model: Any = model, length: int = length
+        ) -> Any:
             return sa.variant_effects(
                 model, genome, variants, length=length, score="delta", batch_size=BATCH
             )
@@ -112,10 +114,10 @@ def main(argv: list[str] | None = None) -> None:
             layout="NCL",
         )
 
-        def ism(model: Any = model, X: np.ndarray = ref_windows) -> Any:
+        def ism(model: Any = model, X: np.ndarray = ref_windows, c: int = c) -> Any:
             return sa.ism(model, X, positions=(c, c + 1), batch_size=BATCH)
 
-        def loop(model: Any = model) -> Any:
+        def loop(model: Any = model, length: int = length) -> Any:
             return user_loop(model, genome, rows, length)
 
         # the three agree before they are timed

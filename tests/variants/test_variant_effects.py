@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import make_model
-from variant_cases import (  # noqa: F401 - genome is a fixture
+from helpers import FLOAT32, assert_close
+from variant_cases import (  # noqa: F401 - the genome fixture
     L,
-    genome,
     expected_windows,
+    genome_fixture,
     one_hot,
     predict,
     scored_cases,
@@ -17,7 +18,6 @@ from variant_cases import (  # noqa: F401 - genome is a fixture
     split,
     table,
 )
-from helpers import FLOAT32, assert_close
 
 import seqattrib as sa
 
@@ -44,9 +44,7 @@ def _exp(framework):
 def test_effects_equal_model_alt_minus_ref(framework, layout, genome, conv_weights):
     model = _model(framework, conv_weights, layout)
     cases = scored_cases(genome)
-    result = sa.variant_effects(
-        model, genome, table(cases), length=L, target=[0, 2], batch_size=7
-    )
+    result = sa.variant_effects(model, genome, table(cases), length=L, target=[0, 2], batch_size=7)
     variants = split(cases)
     windows = [expected_windows(genome, *v) for v in variants]
     ref = predict(model, one_hot([w[0] for w in windows], layout))[:, [0, 2]]
@@ -91,9 +89,7 @@ def test_snv_delta_is_the_ism_entry(framework, genome, conv_weights):
     result = sa.variant_effects(model, genome, table(snvs), length=L, target=[0, 1, 2])
     X = one_hot([expected_windows(genome, *v)[0] for v in snvs], "NCL")
     scan = sa.ism(model, X, target=[0, 1, 2])  # (n, 3, 4, L)
-    entries = np.stack(
-        [scan[i, :, "ACGT".index(v[3]), L // 2] for i, v in enumerate(snvs)]
-    )
+    entries = np.stack([scan[i, :, "ACGT".index(v[3]), L // 2] for i, v in enumerate(snvs)])
     assert_close(result.scores["delta"], entries, FLOAT32)
 
 
@@ -109,7 +105,12 @@ def reference(genome, conv_weights):
 def test_batch_size_does_not_change_results(reference, genome, batch_size):
     model, expected = reference
     got = sa.variant_effects(
-        model, genome, table(scored_cases(genome)), length=L, target=None, batch_size=batch_size,
+        model,
+        genome,
+        table(scored_cases(genome)),
+        length=L,
+        target=None,
+        batch_size=batch_size,
         max_cpu_sequences=2,
     )
     for name in ("ref", "alt"):
@@ -128,9 +129,7 @@ def test_k_targets_equal_single_calls_and_subsets(reference, genome):
     part = sa.variant_effects(model, genome, table(cases[2:5]), length=L, target=None)
     n_before = len(split(cases[:2]))
     n = len(split(cases[2:5]))
-    assert_close(
-        part.scores["delta"], expected.scores["delta"][n_before : n_before + n], FLOAT32
-    )
+    assert_close(part.scores["delta"], expected.scores["delta"][n_before : n_before + n], FLOAT32)
 
 
 def test_columns_and_frame(reference):

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from conftest import make_model
 from helpers import FLOAT32, assert_close
-from variant_cases import (  # noqa: F401 - genome and fasta are fixtures
+from variant_cases import (  # noqa: F401 - the genome and fasta fixtures
     L,
     expected_windows,
-    fasta,
-    genome,
+    fasta_fixture,
+    genome_fixture,
     one_hot,
     scored_cases,
     skipped_cases,
@@ -46,9 +46,7 @@ def _cases(genome):
 
 def write_vcf(path, genome, cases):
     contigs = "".join(f"##contig=<ID={c},length={len(s)}>\n" for c, s in genome.items())
-    lines = [
-        f"{c}\t{p}\tv{i}\t{r}\t{a}\t.\t.\t.\n" for i, (c, p, r, a) in enumerate(cases)
-    ]
+    lines = [f"{c}\t{p}\tv{i}\t{r}\t{a}\t.\t.\t.\n" for i, (c, p, r, a) in enumerate(cases)]
     path.write_text(HEADER.format(contigs=contigs) + "".join(lines))
     return path
 
@@ -93,9 +91,7 @@ def test_vcf_inputs(kind, tmp_path, model, genome, fasta, expected):
                 pysam.tabix_index(str(gz), preset="vcf", csi=True)
             path = gz
     with pytest.warns(sa.SeqAttribWarning, match="skipped"):
-        result = sa.variant_effects(
-            model, str(fasta), path, length=L, target=[0, 2], score="delta"
-        )
+        result = sa.variant_effects(model, str(fasta), path, length=L, target=[0, 2], score="delta")
     _same(result, expected)
     assert all(i.startswith("v") for i in result.variants["id"])
 
@@ -121,8 +117,8 @@ def test_csv_of_biallelic_variants(tmp_path, model, genome):
     cases = [v for v in split(scored_cases(genome))]
     path = tmp_path / "variants.csv"
     path.write_text(
-        "chrom,pos,id,ref,alt\n" + "".join(f"{c},{p},x{i},{r},{a}\n" for i, (c, p, r, a) in
-                                             enumerate(cases))
+        "chrom,pos,id,ref,alt\n"
+        + "".join(f"{c},{p},x{i},{r},{a}\n" for i, (c, p, r, a) in enumerate(cases))
     )
     result = sa.variant_effects(model, genome, path, length=L, score="delta")
     by_dict = sa.variant_effects(model, genome, table(cases), length=L, score="delta")
@@ -276,8 +272,15 @@ def test_shards_merged_equal_one_run(tmp_path, model, genome):
 def test_attribution_tracks_of_both_windows(method, options, tmp_path, model, genome):
     cases = split(scored_cases(genome))
     result = sa.variant_effects(
-        model, genome, table(cases), length=L, target=1, score="delta", attributions=method,
-        attribution_options=options, layout="NCL",
+        model,
+        genome,
+        table(cases),
+        length=L,
+        target=1,
+        score="delta",
+        attributions=method,
+        attribution_options=options,
+        layout="NCL",
     )
     windows = [expected_windows(genome, *v) for v in cases]
     for k, allele in enumerate(("ref", "alt")):
@@ -286,8 +289,16 @@ def test_attribution_tracks_of_both_windows(method, options, tmp_path, model, ge
         assert_close(result.attributions[allele], direct, FLOAT32)
     out = tmp_path / "effects.tsv"
     sa.variant_effects(
-        model, genome, table(cases), length=L, target=1, score="delta", attributions=method,
-        attribution_options=options, layout="NCL", out=out,
+        model,
+        genome,
+        table(cases),
+        length=L,
+        target=1,
+        score="delta",
+        attributions=method,
+        attribution_options=options,
+        layout="NCL",
+        out=out,
     )
     ref, alt = (sa.io.read_tracks(tmp_path / f"effects.{a}.h5") for a in ("ref", "alt"))
     assert_close(ref.attributions, result.attributions["ref"], FLOAT32)
@@ -318,8 +329,14 @@ def test_plot_ref_vs_alt(tmp_path, model, genome):
     pytest.importorskip("matplotlib")
     out = tmp_path / "effects.tsv"
     sa.variant_effects(
-        model, genome, table(scored_cases(genome)), length=L, target=[0, 1], score="delta",
-        attributions="saliency", out=out,
+        model,
+        genome,
+        table(scored_cases(genome)),
+        length=L,
+        target=[0, 1],
+        score="delta",
+        attributions="saliency",
+        out=out,
     )
     image = tmp_path / "variant.png"
     argv = ["plot", str(tmp_path / "effects.ref.h5"), "--alt", str(tmp_path / "effects.alt.h5"),

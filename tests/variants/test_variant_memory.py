@@ -44,8 +44,9 @@ def _write(folder, n, genome_size):
         for a in range(0, n, step):
             handle.writelines(
                 f"chr1\t{p}\t.\t{chr(r)}\t{chr(x)}\t.\t.\t.\n"
-                for p, r, x in zip(pos[a : a + step], ref[a : a + step], alt[a : a + step],
-                                   strict=True)
+                for p, r, x in zip(
+                    pos[a : a + step], ref[a : a + step], alt[a : a + step], strict=True
+                )
             )
     return fasta, vcf
 

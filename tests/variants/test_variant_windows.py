@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from variant_cases import (  # noqa: F401 - genome is a fixture
+from variant_cases import (  # noqa: F401 - the genome fixture
     L,
     expected_windows,
-    genome,
+    genome_fixture,
     scored_cases,
     skipped_cases,
     split,
@@ -26,9 +26,7 @@ def _windows(genome, variants, length):
     records = open_records(variants, "test")
     found = catalog(records, text, length, "test")
     stream = VariantStream(records, found, text, length, "test")
-    return found, [
-        sa.decode(WindowArray(stream, allele)[0 : found.n]) for allele in ("ref", "alt")
-    ]
+    return found, [sa.decode(WindowArray(stream, allele)[0 : found.n]) for allele in ("ref", "alt")]
 
 
 @pytest.mark.parametrize(
@@ -73,8 +71,21 @@ def test_alleles_of_one_position_share_the_reference_window(genome):
     found, _ = _windows(genome, table(scored_cases(genome)), L)
     # chr1:150 has 3 ALT alleles, chr1:320 has 3: only their first opens a window
     opens = found.opens.tolist()
-    assert opens == [True, True, False, False, True, True, True, True, True, True, False, False,
-                     True]
+    assert opens == [
+        True,
+        True,
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
 
 
 def test_skipped_variants_and_their_reasons(genome):
@@ -97,14 +108,10 @@ def test_edges_are_exact(genome):
         ("chr1", p, g[p - 1], "A" if g[p - 1] != "A" else "C")
         for p in (first - 1, first, last, last + 1)
     ]
-    found = catalog(
-        open_records(table(variants), "test"), GenomeText(genome, "test"), L, "test"
-    )
+    found = catalog(open_records(table(variants), "test"), GenomeText(genome, "test"), L, "test")
     assert found.n == 2
     assert found.pos.tolist() == [first, last]
     # a deletion needs genome beyond the reference window: skipped where an SNV still fits
     deletion = [("chr1", last, g[last - 1 : last + 2], g[last - 1])]
-    found = catalog(
-        open_records(table(deletion), "test"), GenomeText(genome, "test"), L, "test"
-    )
+    found = catalog(open_records(table(deletion), "test"), GenomeText(genome, "test"), L, "test")
     assert [r[5] for r in found.skipped.rows] == ["chromosome_end"]

@@ -99,13 +99,13 @@ def one_hot(texts, layout):
     return sa.one_hot([t.upper() for t in texts], layout=layout)
 
 
-@pytest.fixture(scope="module")
-def genome():
+@pytest.fixture(scope="module", name="genome")
+def genome_fixture():
     return make_genome()
 
 
-@pytest.fixture(scope="module")
-def fasta(tmp_path_factory, genome):
+@pytest.fixture(scope="module", name="fasta")
+def fasta_fixture(tmp_path_factory, genome):
     path = tmp_path_factory.mktemp("genome") / "genome.fa"
     path.write_text("".join(f">{name}\n{seq}\n" for name, seq in genome.items()))
     return path
