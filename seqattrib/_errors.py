@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -37,3 +38,17 @@ def parameter_error(
     if fix:
         message += f" {fix}"
     return error(message)
+
+
+def refuse_existing(func: str, param: str, path: Any, overwrite: bool) -> None:
+    """Refuse to write ``path`` over an existing file unless ``overwrite`` is true."""
+    if overwrite or not os.path.exists(path):
+        return
+    raise parameter_error(
+        func,
+        param,
+        "a file that does not exist yet",
+        os.fspath(path),
+        "Pass overwrite=True to replace it, or choose another path.",
+        error=FileExistsError,
+    )

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._errors import SeqAttribWarning, parameter_error
 from ..backends import RescaleGradients, RescaleReport, RescaleUnsupported, capability
+from .baseline_rows import BaselineRows
 from .baselines import BaselineSpec
 from .gradient_kernel import check_finite
 
@@ -70,8 +71,8 @@ class DeepLiftKernel:
         self.multiply_by_inputs = multiply_by_inputs
         self.return_delta = return_delta
         self.func = func
-        self._shared = backend.asarray(baselines.shared) if baselines.shared is not None else None
         self.extras = context.extras
+        self._baseline_rows = BaselineRows(backend, baselines, self.extras, row_shape)
         self._fixed = [] if self.extras is None else self.extras.fixed(backend)
         first = backend.asarray(context.source.read(0, 1))
         first_extras: list[Tensor] = []
@@ -86,13 +87,7 @@ class DeepLiftKernel:
         self._warned = False
 
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
-        payload = {"x": self.backend.asarray(x)}
-        if self.baselines.per_sequence is not None:
-            b = self.baselines.per_sequence(x, first)
-            payload["b"] = self.backend.asarray(b)  # (n, B, *row): sequences on axis 0
-        if self.extras is not None:
-            payload.update(self.extras.chunk(self.backend, first, len(x)))
-        return payload
+        return self._baseline_rows.prepare(x, first)
 
     def _other_inputs(
         self, payload: dict[str, Tensor], sequences: Tensor, segment_ids: Tensor
@@ -107,13 +102,10 @@ class DeepLiftKernel:
     def _references(
         self, payload: dict[str, Tensor], x_rows: Tensor, local: np.ndarray, j: np.ndarray
     ) -> Tensor:
-        be = self.backend
-        if self.baselines.constant is not None:
-            return x_rows * 0.0 + self.baselines.constant
-        if self._shared is not None:
-            return be.take(self._shared, be.asarray(j, "int64"))
-        flat = be.reshape(payload["b"], (-1, *self.row_shape))
-        return be.take(flat, be.asarray(local * self.baselines.n_baselines + j, "int64"))
+        references = self._baseline_rows.rows(payload, local, j)
+        if isinstance(references, float):  # one constant: a full (R, *row) tensor of it
+            return x_rows * 0.0 + references
+        return references
 
     def _total(self, t: Tensor) -> Tensor:
         """Sum over the two row axes of a (R, K, a, b) tensor -> (R, K)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import parameter_error
+from .baseline_rows import BaselineRows
 from .baselines import BaselineSpec
 
 if TYPE_CHECKING:
@@ -67,16 +68,10 @@ class GradientKernel:
         self.multiply_by_inputs = multiply_by_inputs
         self.correct_gradient = correct_gradient
         self.func = func
-        self._shared = backend.asarray(baselines.shared) if baselines.shared is not None else None
+        self._baseline_rows = BaselineRows(backend, baselines, self.extras, row_shape)
 
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
-        payload = {"x": self.backend.asarray(x)}
-        if self.baselines.per_sequence is not None:
-            b = self.baselines.per_sequence(x, first)
-            payload["b"] = self.backend.asarray(b)  # (n, B, *row): sequences on axis 0
-        if self.extras is not None:
-            payload.update(self.extras.chunk(self.backend, first, len(x)))
-        return payload
+        return self._baseline_rows.prepare(x, first)
 
     def compute(
         self,
@@ -95,14 +90,7 @@ class GradientKernel:
         extras = (
             [] if self.extras is None else self.extras.for_rows(be, payload, self._fixed, local_t)
         )
-        if self.baselines.constant is not None:
-            b: Tensor | float = self.baselines.constant
-        elif self._shared is not None:
-            b = be.take(self._shared, be.asarray(baseline, "int64"))
-        else:
-            index = local * self.baselines.n_baselines + baseline
-            flat = be.reshape(payload["b"], (-1, *self.row_shape))
-            b = be.take(flat, be.asarray(index, "int64"))
+        b = self._baseline_rows.rows(payload, local, baseline)
         diff = x - b
         alpha = be.asarray(self.alphas[step].reshape(n_rows, 1, 1))
         outputs, grads = be.input_gradients(

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from .fasta import PathLike
 from .fasta import chrom_sizes as read_chrom_sizes
-from .regions import Regions
+from .regions import Regions, check_regions
 
 
 def resolve_overlaps(starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -94,15 +94,7 @@ def write_bigwig(
     """
     func = "write_bigwig"
     out = Path(path)
-    if out.exists() and not overwrite:
-        raise parameter_error(
-            func,
-            "path",
-            "a file that does not exist yet",
-            os.fspath(out),
-            "Pass overwrite=True to replace it.",
-            error=FileExistsError,
-        )
+    refuse_existing(func, "path", out, overwrite)
     if not out.parent.is_dir():
         raise parameter_error(
             func,
@@ -111,15 +103,7 @@ def write_bigwig(
             os.fspath(out),
             f"Create {os.fspath(out.parent)} first.",
         )
-    if not isinstance(regions, Regions):
-        raise parameter_error(
-            func,
-            "regions",
-            "a seqattrib.io.Regions (see read_regions or Regions.from_arrays)",
-            type(regions).__name__,
-            error=TypeError,
-            described=True,
-        )
+    check_regions(regions, func)
     values = np.asarray(scores, dtype=np.float32)
     if values.ndim != 2 or values.shape[0] != len(regions) or values.shape[0] == 0:
         raise parameter_error(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from ._hdf5 import LIBVER, abandon, failure
 from .fingerprint import regions_fingerprint
@@ -148,14 +148,7 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
     h5py = import_optional("h5py")
     func = "merge_tracks"
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise parameter_error(
-            func,
-            "overwrite",
-            "True to replace an existing file",
-            f"False with {out} already there",
-            error=FileExistsError,
-        )
+    refuse_existing(func, "out", out, overwrite)
     if not shards:
         raise parameter_error(func, "shards", "at least one shard file", [])
     infos = sorted((_read_shard(Path(p)) for p in shards), key=lambda info: info["shard"]["start"])

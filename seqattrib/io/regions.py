@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._errors import parameter_error
+from .._errors import parameter_error, refuse_existing
 from .fasta import PathLike, open_text, parse_int
 
 
@@ -116,6 +116,19 @@ class Regions:
         """``"chrom:start-end (row i)"`` strings, for messages."""
         idx = np.arange(len(self)) if indices is None else np.atleast_1d(np.asarray(indices))
         return [f"{self.chrom[i]}:{self.start[i]}-{self.end[i]} (row {self.index[i]})" for i in idx]
+
+
+def check_regions(regions: Any, func: str) -> None:
+    """Refuse anything but a :class:`Regions` where one is expected."""
+    if not isinstance(regions, Regions):
+        raise parameter_error(
+            func,
+            "regions",
+            "a seqattrib.io.Regions (see read_regions or Regions.from_arrays)",
+            type(regions).__name__,
+            error=TypeError,
+            described=True,
+        )
 
 
 def check_length(length: Any, func: str) -> int:
@@ -256,25 +269,9 @@ def write_bed(path: PathLike, regions: Regions, *, overwrite: bool = False) -> P
     Path
         The file written.
     """
-    if not isinstance(regions, Regions):
-        raise parameter_error(
-            "write_bed",
-            "regions",
-            "a seqattrib.io.Regions",
-            type(regions).__name__,
-            error=TypeError,
-            described=True,
-        )
+    check_regions(regions, "write_bed")
     out = Path(path)
-    if out.exists() and not overwrite:
-        raise parameter_error(
-            "write_bed",
-            "path",
-            "a file that does not exist yet",
-            os.fspath(out),
-            "Pass overwrite=True to replace it.",
-            error=FileExistsError,
-        )
+    refuse_existing("write_bed", "path", out, overwrite)
     with open(out, "w") as handle:
         for chrom, start, end, name in zip(
             regions.chrom, regions.start, regions.end, regions.name, strict=True

@@ -14,7 +14,7 @@ from numpy.typing import DTypeLike
 from .._errors import SeqAttribWarning, parameter_error
 from .fasta import Genome, PathLike
 from .onehot import _LOOKUP
-from .regions import Regions, check_length
+from .regions import Regions, check_length, check_regions
 
 _EXAMPLES_SHOWN = 3
 #: Windows encoded together (one vectorised comparison per block).
@@ -82,15 +82,7 @@ def extract_windows(
     func = "extract_windows"
     if layout not in ("NLC", "NCL"):
         raise parameter_error(func, "layout", "'NLC' or 'NCL'", layout)
-    if not isinstance(regions, Regions):
-        raise parameter_error(
-            func,
-            "regions",
-            "a seqattrib.io.Regions (see read_regions or Regions.from_arrays)",
-            type(regions).__name__,
-            error=TypeError,
-            described=True,
-        )
+    check_regions(regions, func)
     if length is None:
         lengths = np.unique(regions.end - regions.start)
         if lengths.size != 1:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from .catalog import Skipped, VariantStream
 
@@ -372,14 +372,7 @@ def merge_effects(
     """
     func = "merge_effects"
     out = os.fspath(out)
-    if os.path.exists(out) and not overwrite:
-        raise parameter_error(
-            func,
-            "overwrite",
-            "True to replace an existing file",
-            f"False with {out} already there",
-            error=FileExistsError,
-        )
+    refuse_existing(func, "out", out, overwrite)
     if not shards:
         raise parameter_error(func, "shards", "at least one shard table", [])
     infos = []
