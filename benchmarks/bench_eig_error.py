@@ -49,6 +49,8 @@ GRID = [
     (325, 1, "gausslegendre"),
 ]
 CRESTED = (25, 25, "riemann_trapezoid")
+#: Timed runs of each setting (interleaved).
+REPEATS = 5
 
 
 def points(n_steps: int, rule: str) -> int:
@@ -114,7 +116,8 @@ def error_table(name: str, model, X, target, seeds: int, reference: tuple[int, i
 
 def timing_rows(name: str, model, X, target, default: tuple[int, int, str]) -> list[str]:
     """Default vs CREsted's settings, and return_stderr's overhead, timed back to back on 64
-    sequences (X's first, repeated with other content by shifting)."""
+    sequences (X's first, repeated with other content by shifting); the three settings take
+    turns, ``REPEATS`` times, and each ratio is of medians."""
     X = np.concatenate([np.roll(X, shift, axis=-1) for shift in range(8)])
     runs = {
         "crested": lambda: eig(model, X, target, *CRESTED, 0),
@@ -124,7 +127,7 @@ def timing_rows(name: str, model, X, target, default: tuple[int, int, str]) -> l
     for run in runs.values():
         run()  # warm-up (batch-size probe, kernels)
     seconds: dict[str, list[float]] = {key: [] for key in runs}
-    for _ in range(3):
+    for _ in range(REPEATS):
         for key, run in runs.items():
             tick = time.perf_counter()
             run()
