@@ -254,9 +254,17 @@ class Method:
 
     def ours(self, model: Any, X: np.ndarray, **kwargs: Any) -> Any:
         if self.name == "IG":
-            return seqattrib.integrated_gradients(model, X, n_steps=N_STEPS, **kwargs)
+            return seqattrib.integrated_gradients(
+                model, X, n_steps=N_STEPS, method="riemann_trapezoid", **kwargs
+            )
         return seqattrib.expected_integrated_gradients(
-            model, X, n_steps=N_STEPS, n_baselines=self.n_baselines, random_state=0, **kwargs
+            model,
+            X,
+            n_steps=N_STEPS,
+            n_baselines=self.n_baselines,
+            method="riemann_trapezoid",
+            random_state=0,
+            **kwargs,
         )
 
 
@@ -321,7 +329,12 @@ def cached_size(model: Any, k: int) -> int | None:
         store = batching._store(model)
     except Exception:  # noqa: BLE001 - the benchmark only reports it
         return None
-    sizes = [size for key, size in store.items() if isinstance(key, tuple) and key[-1] == k]
+    # keys: (method, backend, device, row shape, number of targets, kernel variant)
+    sizes = [
+        size
+        for key, size in store.items()
+        if isinstance(key, tuple) and len(key) == 6 and key[4] == k
+    ]
     return sizes[0] if sizes else None
 
 
