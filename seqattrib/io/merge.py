@@ -15,7 +15,7 @@ from .._optional import import_optional
 from ._hdf5 import LIBVER, abandon, failure
 from .fingerprint import regions_fingerprint
 from .lock import acquire
-from .tracks import FORMAT, decode_strings, open_tracks
+from .tracks_format import FORMAT, decode_strings, open_tracks
 
 PathLike = str | os.PathLike[str]
 _BLOCK_BYTES = 64 * 2**20
