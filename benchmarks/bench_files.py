@@ -135,20 +135,20 @@ def fingerprint_rows(quick: bool) -> list[Row]:
 @contextlib.contextmanager
 def without_safeguards() -> Iterator[None]:
     """The same run with the lock, the fingerprints, the row hashes and the checks stubbed."""
-    from seqattrib.io import fingerprint, lock, tracks
+    from seqattrib.io import fingerprint, lock, tracks, tracks_resume
 
     saved = (
         lock.acquire,
         fingerprint.model_fingerprint,
         tracks.row_hashes,
-        tracks._check_rows,
-        tracks._check_regions,
+        tracks_resume._check_rows,
+        tracks_resume._check_regions,
     )
     lock.acquire = lambda path, func, param="out": lock.WriteLock(path, None)
     fingerprint.model_fingerprint = lambda model, get_state: "0" * 32
     tracks.row_hashes = lambda rows: np.zeros((len(rows), 16), np.uint8)
-    tracks._check_rows = lambda *args: None
-    tracks._check_regions = lambda *args: None
+    tracks_resume._check_rows = lambda *args: None
+    tracks_resume._check_regions = lambda *args: None
     try:
         yield
     finally:
@@ -156,15 +156,15 @@ def without_safeguards() -> Iterator[None]:
             lock.acquire,
             fingerprint.model_fingerprint,
             tracks.row_hashes,
-            tracks._check_rows,
-            tracks._check_regions,
+            tracks_resume._check_rows,
+            tracks_resume._check_regions,
         ) = saved
 
 
 @contextlib.contextmanager
 def timed_safeguards(spent: list[float]) -> Iterator[None]:
     """Add the time spent in the lock, the fingerprints, the row hashes and the checks."""
-    from seqattrib.io import fingerprint, lock, tracks
+    from seqattrib.io import fingerprint, lock, tracks, tracks_resume
 
     targets = [
         (lock, "acquire"),
@@ -172,8 +172,8 @@ def timed_safeguards(spent: list[float]) -> Iterator[None]:
         (fingerprint, "model_fingerprint"),
         (fingerprint, "function_identity"),
         (tracks, "row_hashes"),
-        (tracks, "_check_rows"),
-        (tracks, "_check_regions"),
+        (tracks_resume, "_check_rows"),
+        (tracks_resume, "_check_regions"),
     ]
     saved = [getattr(owner, name) for owner, name in targets]
 

@@ -134,6 +134,8 @@ def _scores(text: str) -> list[str]:
 
 
 def variants(sub: Any) -> Parser:
+    """The ``variants`` command's options (long: one ``add_argument`` per option, nothing
+    else)."""
     from ..attribution.methods import METHODS
 
     p = _sub(sub, "variants", "effects of the variants of a VCF or a table into a TSV table")

@@ -12,7 +12,7 @@ from .fasta import Genome, chrom_sizes, read_fasta
 from .merge import merge_tracks
 from .onehot import decode, one_hot
 from .regions import Regions, read_regions, write_bed
-from .tracks import Tracks, read_tracks
+from .tracks_format import Tracks, read_tracks
 from .windows import GenomeWindows, extract_windows, fasta_windows, genome_windows
 
 __all__ = [

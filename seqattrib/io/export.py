@@ -12,7 +12,7 @@ import numpy as np
 
 from .._errors import parameter_error
 from ._hdf5 import failure
-from .tracks import decode_strings, open_tracks
+from .tracks_format import decode_strings, open_tracks
 
 PathLike = str | os.PathLike[str]
 _BLOCK_BYTES = 64 * 2**20

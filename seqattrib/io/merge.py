@@ -15,7 +15,7 @@ from .._optional import import_optional
 from ._hdf5 import LIBVER, abandon, failure
 from .fingerprint import regions_fingerprint
 from .lock import acquire
-from .tracks import FORMAT, decode_strings, open_tracks
+from .tracks_format import FORMAT, decode_strings, open_tracks
 
 PathLike = str | os.PathLike[str]
 _BLOCK_BYTES = 64 * 2**20
@@ -213,7 +213,6 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
 
 def _write_merged(h5py: Any, infos: list[dict[str, Any]], out: Path, total: int) -> None:
     """Copy the shards into ``out.partial``, check the regions, then rename it to ``out``."""
-    func = "merge_tracks"
     partial = out.with_name(out.name + ".partial")
     try:
         dst = h5py.File(partial, "w", libver=LIBVER)
@@ -221,66 +220,23 @@ def _write_merged(h5py: Any, infos: list[dict[str, Any]], out: Path, total: int)
         _remove(partial)
         raise _merge_error(out, exc) from exc
     try:
+        written = _create_like(h5py, dst, infos, total)
         chrom: list[str] = []
         starts: list[np.ndarray] = []
         ends: list[np.ndarray] = []
-        # Datasets are kept open until the end: closing one flushes its chunks, and h5py
-        # reports a failure there (a full disk) nowhere; writes fail in ``close`` instead.
-        written: dict[str, Any] = {}
-        with h5py.File(infos[0]["path"], "r", swmr=True) as src:
-            for name in _ROWS:
-                if name in src:
-                    d = src[name]
-                    written[name] = dst.create_dataset(
-                        name,
-                        shape=(total, *d.shape[1:]),
-                        maxshape=(None, *d.shape[1:]),
-                        dtype=d.dtype,
-                        chunks=d.chunks,
-                        compression=d.compression,
-                        compression_opts=d.compression_opts,
-                        shuffle=d.shuffle,
-                    )
-            if "regions" in src:
-                group = dst.create_group("regions")
-                written["chrom"] = group.create_dataset(
-                    "chrom", shape=(total,), dtype=h5py.string_dtype()
-                )
-                written["start"] = group.create_dataset("start", shape=(total,), dtype=np.int64)
-                written["end"] = group.create_dataset("end", shape=(total,), dtype=np.int64)
-            for key, value in src.attrs.items():
-                dst.attrs[key] = value
-        settings = dict(infos[0]["common"], n_sequences=total)
-        dst.attrs["settings"] = json.dumps(settings, sort_keys=True, default=str)
-        dst.attrs["n_sequences"] = total
-        if "shard" in dst.attrs:
-            del dst.attrs["shard"]
         for info in infos:
-            start = info["shard"]["start"]
             with h5py.File(info["path"], "r", swmr=True) as f:
-                for name in _ROWS:
-                    if name not in f:
-                        continue
-                    d = f[name]
-                    step = max(
-                        1, _BLOCK_BYTES // max(1, d.dtype.itemsize * int(np.prod(d.shape[1:])))
-                    )
-                    for a in range(0, len(d), step):
-                        block = d[a : a + step]
-                        written[name][start + a : start + a + len(block)] = block
-                if "regions" in f:
-                    for key in ("chrom", "start", "end"):
-                        values = f["regions"][key][:]
-                        written[key][start : start + len(values)] = values
-                    chrom += decode_strings(f["regions"]["chrom"][:])
-                    starts.append(f["regions"]["start"][:])
-                    ends.append(f["regions"]["end"][:])
+                regions = _copy_shard(f, written, info["shard"]["start"])
+            if regions is not None:
+                chrom += regions[0]
+                starts.append(regions[1])
+                ends.append(regions[2])
         if infos[0]["regions"]:
             digest = regions_fingerprint(chrom, np.concatenate(starts), np.concatenate(ends))
             job = infos[0]["provenance"].get("regions")
             if job is not None and job != digest:
                 raise parameter_error(
-                    func,
+                    "merge_tracks",
                     "shards",
                     "shards whose regions together are the regions of their job",
                     "regions that differ from those the job was started with",
@@ -298,6 +254,65 @@ def _write_merged(h5py: Any, infos: list[dict[str, Any]], out: Path, total: int)
         if isinstance(exc, (OSError, RuntimeError)):
             raise _merge_error(out, exc) from exc
         raise
+
+
+def _create_like(h5py: Any, dst: Any, infos: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    """The datasets and attributes of the first shard in ``dst``, sized for ``total`` rows.
+
+    Datasets are kept open until the end: closing one flushes its chunks, and h5py reports a
+    failure there (a full disk) nowhere; writes fail in ``flush`` instead."""
+    written: dict[str, Any] = {}
+    with h5py.File(infos[0]["path"], "r", swmr=True) as src:
+        for name in _ROWS:
+            if name in src:
+                d = src[name]
+                written[name] = dst.create_dataset(
+                    name,
+                    shape=(total, *d.shape[1:]),
+                    maxshape=(None, *d.shape[1:]),
+                    dtype=d.dtype,
+                    chunks=d.chunks,
+                    compression=d.compression,
+                    compression_opts=d.compression_opts,
+                    shuffle=d.shuffle,
+                )
+        if "regions" in src:
+            group = dst.create_group("regions")
+            written["chrom"] = group.create_dataset(
+                "chrom", shape=(total,), dtype=h5py.string_dtype()
+            )
+            written["start"] = group.create_dataset("start", shape=(total,), dtype=np.int64)
+            written["end"] = group.create_dataset("end", shape=(total,), dtype=np.int64)
+        for key, value in src.attrs.items():
+            dst.attrs[key] = value
+    settings = dict(infos[0]["common"], n_sequences=total)
+    dst.attrs["settings"] = json.dumps(settings, sort_keys=True, default=str)
+    dst.attrs["n_sequences"] = total
+    if "shard" in dst.attrs:
+        del dst.attrs["shard"]
+    return written
+
+
+def _copy_shard(
+    f: Any, written: dict[str, Any], start: int
+) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+    """Copy the rows of shard file ``f`` to rows ``start...`` of ``written`` in blocks; its
+    regions (chrom, start, end), or None."""
+    for name in _ROWS:
+        if name not in f:
+            continue
+        d = f[name]
+        step = max(1, _BLOCK_BYTES // max(1, d.dtype.itemsize * int(np.prod(d.shape[1:]))))
+        for a in range(0, len(d), step):
+            block = d[a : a + step]
+            written[name][start + a : start + a + len(block)] = block
+    if "regions" not in f:
+        return None
+    for key in ("chrom", "start", "end"):
+        values = f["regions"][key][:]
+        written[key][start : start + len(values)] = values
+    g = f["regions"]
+    return decode_strings(g["chrom"][:]), g["start"][:], g["end"][:]
 
 
 def _remove(path: Path) -> None:

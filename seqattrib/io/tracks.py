@@ -1,26 +1,13 @@
 """Attribution tracks in HDF5: written as the engine streams, resumable, never over-claiming.
 
-Layout of a tracks file:
-
-- ``attributions``: (N, [K,] L, 4) float32 in the layout of X, chunked, gzip-compressed,
-  resizable along N;
-- ``sequences``: X itself, int8 for integer input, float16 (exact for 0, 1 and 0.25) for float
-  input;
-- ``row_hashes``: (N, 16) uint8, a digest of each row of X (its float32 values);
-- ``delta``: (N, [K]) float32 when ``return_delta=True``;
-- ``regions/chrom``, ``regions/start``, ``regions/end`` when regions are given;
-- attributes: every setting of the run (``settings``, JSON, plus one attribute per setting),
-  backend, model description, package version, ``model_fingerprint`` (every parameter and
-  buffer value), ``output_fn`` (its identity, or "None"), ``provenance`` (JSON: the genome and
-  the regions of the whole job, when the command line knows them), ``regions_fingerprint``,
-  and ``n_completed``.
-
-Only the first ``n_completed`` rows are valid. Rows are written, and flushed, in whole chunks
-before ``n_completed`` moves past them, so a write never touches a chunk that holds claimed
-rows; the file is in HDF5's single-writer mode (SWMR), whose ordered metadata writes keep it
-readable when a process is killed. One process writes a file at a time (``lock.py``). A rerun
-with the same settings, model, output function, inputs and regions continues after the last
-complete chunk; any difference is refused, naming it.
+The layout of a file and its reader are in ``tracks_format``; the checks that an existing file
+was written for this job, in ``tracks_resume``. Only the first ``n_completed`` rows of a file
+are valid. Rows are written, and flushed, in whole chunks before ``n_completed`` moves past
+them, so a write never touches a chunk that holds claimed rows; the file is in HDF5's
+single-writer mode (SWMR), whose ordered metadata writes keep it readable when a process is
+killed. One process writes a file at a time (``lock.py``). A rerun with the same settings,
+model, output function, inputs and regions continues after the last complete chunk; any
+difference is refused, naming it.
 """
 
 from __future__ import annotations
@@ -29,8 +16,6 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -42,63 +27,10 @@ from ..engine.source import SequenceSource
 from . import lock as _lock
 from ._hdf5 import LIBVER, abandon, clear_write_flags, failure
 from .fingerprint import ROW_HASH_BYTES, regions_fingerprint, row_hashes
+from .tracks_format import FORMAT, TrackRegions
+from .tracks_resume import FileIdentity, inspect
 
-FORMAT = "seqattrib.tracks/2"
-#: Formats the readers accept (version 1 files have no fingerprints and are never resumed).
-READABLE_FORMATS = ("seqattrib.tracks/1", FORMAT)
 _CHUNK_BYTES = 2**20
-_HASH_BLOCK_BYTES = 64 * 2**20
-_FIX = "Pass overwrite=True to replace it, or choose another path."
-
-
-@dataclass
-class TrackRegions:
-    """Genome coordinates of the rows of X (0-based, end exclusive)."""
-
-    chrom: Sequence[str]
-    start: np.ndarray
-    end: np.ndarray
-
-    @classmethod
-    def coerce(cls, regions: Any, n: int, func: str) -> TrackRegions:
-        try:
-            out = cls(
-                [str(c) for c in regions.chrom],
-                np.asarray(regions.start, np.int64),
-                np.asarray(regions.end, np.int64),
-            )
-        except AttributeError as exc:
-            raise parameter_error(
-                func,
-                "regions",
-                "None or an object with chrom, start and end (e.g. seqattrib.io.read_regions)",
-                type(regions).__name__,
-                error=TypeError,
-                described=True,
-            ) from exc
-        if not len(out.chrom) == len(out.start) == len(out.end) == n:
-            raise parameter_error(
-                func,
-                "regions",
-                f"one region per sequence ({n})",
-                f"{len(out.chrom)} regions",
-                described=True,
-            )
-        return out
-
-    def label(self, i: int) -> str:
-        return f"{self.chrom[i]}:{self.start[i]}-{self.end[i]}"
-
-
-@dataclass
-class _Identity:
-    """What a file must have been written with to be resumed or reused by this run."""
-
-    settings: dict[str, Any]
-    model_fingerprint: str
-    output_fn: str
-    provenance: dict[str, str]
-    regions: TrackRegions | None
 
 
 class TrackWriter:
@@ -334,7 +266,7 @@ def open_track_writer(
     if not isinstance(overwrite, bool):
         raise parameter_error(func, "overwrite", "True or False", overwrite, error=TypeError)
     n = source.n_sequences
-    identity = _Identity(
+    identity = FileIdentity(
         json.loads(_settings_text(settings)),
         model_fingerprint,
         str(output_fn),
@@ -375,7 +307,7 @@ def _create(
     source: SequenceSource,
     shapes: dict[str, tuple[int, ...]],
     squeeze: bool,
-    identity: _Identity,
+    identity: FileIdentity,
     seed: int,
     description: dict[str, str],
     block_sequences: int,
@@ -469,7 +401,7 @@ def _resume(
     func: str,
     source: SequenceSource,
     squeeze: bool,
-    identity: _Identity,
+    identity: FileIdentity,
     seed: int,
     adopt_seed: bool,
     held: _lock.WriteLock,
@@ -478,7 +410,7 @@ def _resume(
         clear_write_flags(path)  # stale: we hold the lock, so their writer is gone
     except OSError:
         pass  # not writable here, or not an HDF5 file: the checks below say which
-    done, stored_seed = _inspect(h5py, path, func, source, identity)
+    done, stored_seed = inspect(h5py, path, func, source, identity)
     use_seed = stored_seed if adopt_seed else seed
     if done == source.n_sequences:
         held.release()  # finished: reused as it is, nothing is written
@@ -505,7 +437,7 @@ def _reuse_read_only(
     func: str,
     source: SequenceSource,
     squeeze: bool,
-    identity: _Identity,
+    identity: FileIdentity,
     seed: int,
     adopt_seed: bool,
     overwrite: bool,
@@ -522,7 +454,7 @@ def _reuse_read_only(
             error=PermissionError,
             described=True,
         )
-    done, stored_seed = _inspect(h5py, path, func, source, identity)
+    done, stored_seed = inspect(h5py, path, func, source, identity)
     if done < source.n_sequences:
         raise parameter_error(
             func,
@@ -536,235 +468,3 @@ def _reuse_read_only(
     return TrackWriter(path, None, source, squeeze, done, func=func), (
         stored_seed if adopt_seed else seed
     )
-
-
-def _refuse(func: str, path: str, got: str, expected: str = "") -> Exception:
-    return parameter_error(
-        func,
-        "out",
-        expected or "a new path, or a file written for the same job to resume",
-        f"{path!r}, {got}",
-        _FIX,
-        described=True,
-    )
-
-
-def open_tracks(path: str | os.PathLike[str], func: str, param: str) -> Any:
-    """Open a tracks file for reading (no lock; SWMR, so a file being written opens too) after
-    checking its format and its completed row count. The caller closes it."""
-    h5py = import_optional("h5py")
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise parameter_error(
-            func, param, "an existing tracks file", path, error=FileNotFoundError, described=True
-        )
-    try:
-        f = h5py.File(path, "r", swmr=True)
-    except OSError as exc:
-        raise parameter_error(
-            func, param, "a tracks file written with out=", f"an unreadable file {path!r}",
-            described=True,
-        ) from exc  # fmt: skip
-    try:
-        check_tracks(f, path, func, param)
-    except BaseException:
-        f.close()
-        raise
-    return f
-
-
-def check_tracks(f: Any, path: str, func: str, param: str) -> int:
-    """The completed row count of an open tracks file, after checking format and counts."""
-    if f.attrs.get("format") not in READABLE_FORMATS:
-        raise parameter_error(
-            func, param, "a tracks file written with out=", os.fspath(path), described=True
-        )
-    done = f.attrs.get("n_completed")
-    names = ("attributions", "sequences", "delta", "row_hashes")
-    rows = [len(f[name]) for name in names if name in f]
-    if "regions" in f:
-        rows += [len(f["regions"][key]) for key in ("chrom", "start", "end")]
-    if (
-        not isinstance(done, (int, np.integer))
-        or isinstance(done, (bool, np.bool_))
-        or not 0 <= int(done) <= min(rows)
-    ):
-        raise parameter_error(
-            func,
-            param,
-            "an intact tracks file",
-            f"{path!r}, which claims {_plain(done)} completed rows of {min(rows)}",
-            "The file was altered or damaged: rerun the job that wrote it.",
-            described=True,
-        )
-    return int(done)
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def _inspect(
-    h5py: Any, path: str, func: str, source: SequenceSource, identity: _Identity
-) -> tuple[int, int]:
-    """(completed rows, stored seed) of an existing file, after checking it was written for
-    this job: settings, model, output function, provenance, regions and the rows of X."""
-    try:
-        f = h5py.File(path, "r", swmr=True)
-    except OSError as exc:
-        raise _refuse(
-            func, path, "an unreadable file", "a new path or a seqattrib tracks file"
-        ) from exc
-    with f:
-        if f.attrs.get("format") not in READABLE_FORMATS:
-            raise _refuse(
-                func, path, "the existing file", "a new path or a seqattrib tracks file to resume"
-            )
-        done = check_tracks(f, path, func, "out")
-        stored = json.loads(f.attrs["settings"])
-        for key in sorted(set(stored) | set(identity.settings)):
-            if stored.get(key) != identity.settings.get(key):
-                raise _refuse(
-                    func,
-                    path,
-                    f"written with {key}={stored.get(key)!r} (now {identity.settings.get(key)!r})",
-                    "a new path, or a file written with the same settings to resume",
-                )
-        if f.attrs["format"] != FORMAT:
-            raise _refuse(
-                func,
-                path,
-                "written by an older seqattrib without the fingerprints that make resuming safe",
-            )
-        model = str(f.attrs["model_fingerprint"])
-        if model != identity.model_fingerprint:
-            raise _refuse(
-                func,
-                path,
-                f"written with another model (parameters fingerprint {model[:12]}, now "
-                f"{identity.model_fingerprint[:12]})",
-            )
-        output_fn = str(f.attrs["output_fn"])
-        if output_fn != identity.output_fn:
-            raise _refuse(
-                func, path, f"written with output_fn {output_fn} (now {identity.output_fn})"
-            )
-        provenance = json.loads(f.attrs["provenance"])
-        for key in sorted(set(provenance) | set(identity.provenance)):
-            was, now = provenance.get(key), identity.provenance.get(key)
-            if was != now:
-                raise _refuse(
-                    func, path, f"written from another {key} ({_short(was)}, now {_short(now)})"
-                )
-        _check_regions(f, path, func, identity.regions)
-        _check_rows(f, path, func, source, done)
-        return done, int(f.attrs["seed"])
-
-
-def _short(value: str | None) -> str:
-    return "none" if value is None else value[:12]
-
-
-def _check_regions(f: Any, path: str, func: str, regions: TrackRegions | None) -> None:
-    if regions is None and "regions" not in f:
-        return
-    if regions is None or "regions" not in f:
-        had = "with regions" if "regions" in f else "without regions"
-        now = "none" if regions is None else "regions"
-        raise _refuse(func, path, f"written {had} (now {now})")
-    g = f["regions"]
-    stored = TrackRegions(decode_strings(g["chrom"][:]), g["start"][:], g["end"][:])
-    differ = (
-        (np.array(stored.chrom, dtype=object) != np.array(regions.chrom, dtype=object))
-        | (stored.start != regions.start)
-        | (stored.end != regions.end)
-    )
-    if differ.any():
-        i = int(np.flatnonzero(differ)[0])
-        raise _refuse(
-            func,
-            path,
-            f"written for other regions (row {i}: {stored.label(i)}, now {regions.label(i)})",
-        )
-
-
-def _check_rows(f: Any, path: str, func: str, source: SequenceSource, done: int) -> None:
-    """Compare the digests of rows 0..done of X with those stored; name the first range that
-    differs."""
-    stored = f["row_hashes"]
-    step = max(1, _HASH_BLOCK_BYTES // (4 * int(np.prod(source.row_shape))))
-    first: int | None = None
-    for start in range(0, done, step):
-        stop = min(done, start + step)
-        differ = (row_hashes(source.read(start, stop)) != stored[start:stop]).any(axis=1)
-        if first is None and differ.any():
-            first = start + int(np.flatnonzero(differ)[0])
-            differ = differ[first - start :]
-            start = first
-        if first is not None and not differ.all():
-            _rows_differ(func, path, first, start + int(np.argmin(differ)) - 1)
-    if first is not None:
-        _rows_differ(func, path, first, done - 1)
-
-
-def _rows_differ(func: str, path: str, first: int, last: int) -> None:
-    raise _refuse(
-        func,
-        path,
-        f"whose stored sequences differ from X in rows {first}..{last}",
-        "a file written for the same X to resume",
-    )
-
-
-def decode_strings(values: Any) -> list[str]:
-    return [c.decode() if isinstance(c, bytes) else str(c) for c in values]
-
-
-@dataclass
-class Tracks:
-    """The valid rows of a tracks file, read into memory."""
-
-    attributions: np.ndarray
-    sequences: np.ndarray
-    delta: np.ndarray | None = None
-    regions: TrackRegions | None = None
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        return dict(json.loads(self.attrs["settings"]))
-
-
-def read_tracks(path: str | os.PathLike[str], rows: slice | None = None) -> Tracks:
-    """Read the completed rows of a tracks file.
-
-    Parameters
-    ----------
-    path : str
-        A file written with ``out=``.
-    rows : slice, optional
-        Read only these rows (of the completed ones).
-
-    Returns
-    -------
-    Tracks
-        ``attributions`` (n, [K,] L, 4) float32 in the layout of X, ``sequences`` (n, L, 4)-like
-        as float32, ``delta`` or None, ``regions`` or None, and the file's attributes.
-    """
-    with open_tracks(path, "read_tracks", "path") as f:
-        done = int(f.attrs["n_completed"])
-        select = range(done)[rows if rows is not None else slice(None)]
-        part = slice(select.start, select.stop, select.step) if len(select) else slice(0, 0)
-        attributions = f["attributions"][part]
-        sequences = f["sequences"][part].astype(np.float32)
-        delta = f["delta"][part] if "delta" in f else None
-        regions = None
-        if "regions" in f:
-            g = f["regions"]
-            chrom = decode_strings(g["chrom"][part])
-            regions = TrackRegions(chrom, g["start"][part], g["end"][part])
-        attrs = {
-            key: (value.item() if isinstance(value, np.generic) else value)
-            for key, value in f.attrs.items()
-        }
-    return Tracks(attributions, sequences, delta, regions, attrs)

@@ -18,7 +18,7 @@ from helpers import FLOAT32, assert_close
 from models import random_one_hot
 
 import seqattrib as sa
-from seqattrib.io.tracks import read_tracks
+from seqattrib.io.tracks_format import read_tracks
 
 TESTS = Path(__file__).parents[1]
 

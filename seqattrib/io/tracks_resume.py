@@ -1,0 +1,154 @@
+"""Whether an existing tracks file was written for this job: the checks before resuming or
+reusing it (settings, model, output function, provenance, regions and the rows of X), each
+refusal naming what differs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import parameter_error
+from ..engine.source import SequenceSource
+from .fingerprint import row_hashes
+from .tracks_format import FORMAT, READABLE_FORMATS, TrackRegions, check_tracks, decode_strings
+
+FIX = "Pass overwrite=True to replace it, or choose another path."
+#: Rows of X hashed at a time when checking them against a file.
+_HASH_BLOCK_BYTES = 64 * 2**20
+
+
+@dataclass
+class FileIdentity:
+    """What a file must have been written with to be resumed or reused by this run."""
+
+    settings: dict[str, Any]
+    model_fingerprint: str
+    output_fn: str
+    provenance: dict[str, str]
+    regions: TrackRegions | None
+
+
+def refuse(func: str, path: str, got: str, expected: str = "") -> Exception:
+    return parameter_error(
+        func,
+        "out",
+        expected or "a new path, or a file written for the same job to resume",
+        f"{path!r}, {got}",
+        FIX,
+        described=True,
+    )
+
+
+def inspect(
+    h5py: Any, path: str, func: str, source: SequenceSource, identity: FileIdentity
+) -> tuple[int, int]:
+    """(completed rows, stored seed) of an existing file, after checking it was written for
+    this job: settings, model, output function, provenance, regions and the rows of X."""
+    try:
+        f = h5py.File(path, "r", swmr=True)
+    except OSError as exc:
+        raise refuse(
+            func, path, "an unreadable file", "a new path or a seqattrib tracks file"
+        ) from exc
+    with f:
+        if f.attrs.get("format") not in READABLE_FORMATS:
+            raise refuse(
+                func, path, "the existing file", "a new path or a seqattrib tracks file to resume"
+            )
+        done = check_tracks(f, path, func, "out")
+        stored = json.loads(f.attrs["settings"])
+        for key in sorted(set(stored) | set(identity.settings)):
+            if stored.get(key) != identity.settings.get(key):
+                raise refuse(
+                    func,
+                    path,
+                    f"written with {key}={stored.get(key)!r} (now {identity.settings.get(key)!r})",
+                    "a new path, or a file written with the same settings to resume",
+                )
+        if f.attrs["format"] != FORMAT:
+            raise refuse(
+                func,
+                path,
+                "written by an older seqattrib without the fingerprints that make resuming safe",
+            )
+        model = str(f.attrs["model_fingerprint"])
+        if model != identity.model_fingerprint:
+            raise refuse(
+                func,
+                path,
+                f"written with another model (parameters fingerprint {model[:12]}, now "
+                f"{identity.model_fingerprint[:12]})",
+            )
+        output_fn = str(f.attrs["output_fn"])
+        if output_fn != identity.output_fn:
+            raise refuse(
+                func, path, f"written with output_fn {output_fn} (now {identity.output_fn})"
+            )
+        provenance = json.loads(f.attrs["provenance"])
+        for key in sorted(set(provenance) | set(identity.provenance)):
+            was, now = provenance.get(key), identity.provenance.get(key)
+            if was != now:
+                raise refuse(
+                    func, path, f"written from another {key} ({_short(was)}, now {_short(now)})"
+                )
+        _check_regions(f, path, func, identity.regions)
+        _check_rows(f, path, func, source, done)
+        return done, int(f.attrs["seed"])
+
+
+def _short(value: str | None) -> str:
+    return "none" if value is None else value[:12]
+
+
+def _check_regions(f: Any, path: str, func: str, regions: TrackRegions | None) -> None:
+    if regions is None and "regions" not in f:
+        return
+    if regions is None or "regions" not in f:
+        had = "with regions" if "regions" in f else "without regions"
+        now = "none" if regions is None else "regions"
+        raise refuse(func, path, f"written {had} (now {now})")
+    g = f["regions"]
+    stored = TrackRegions(decode_strings(g["chrom"][:]), g["start"][:], g["end"][:])
+    differ = (
+        (np.array(stored.chrom, dtype=object) != np.array(regions.chrom, dtype=object))
+        | (stored.start != regions.start)
+        | (stored.end != regions.end)
+    )
+    if differ.any():
+        i = int(np.flatnonzero(differ)[0])
+        raise refuse(
+            func,
+            path,
+            f"written for other regions (row {i}: {stored.label(i)}, now {regions.label(i)})",
+        )
+
+
+def _check_rows(f: Any, path: str, func: str, source: SequenceSource, done: int) -> None:
+    """Compare the digests of rows 0..done of X with those stored; name the first range that
+    differs."""
+    stored = f["row_hashes"]
+    step = max(1, _HASH_BLOCK_BYTES // (4 * int(np.prod(source.row_shape))))
+    first: int | None = None
+    for start in range(0, done, step):
+        stop = min(done, start + step)
+        differ = (row_hashes(source.read(start, stop)) != stored[start:stop]).any(axis=1)
+        if first is None and differ.any():
+            first = start + int(np.flatnonzero(differ)[0])
+            differ = differ[first - start :]
+            start = first
+        if first is not None and not differ.all():
+            _rows_differ(func, path, first, start + int(np.argmin(differ)) - 1)
+    if first is not None:
+        _rows_differ(func, path, first, done - 1)
+
+
+def _rows_differ(func: str, path: str, first: int, last: int) -> None:
+    raise refuse(
+        func,
+        path,
+        f"whose stored sequences differ from X in rows {first}..{last}",
+        "a file written for the same X to resume",
+    )
