@@ -96,6 +96,65 @@ def resolve_shard(
     return index, count
 
 
+def check_complete(func: str, path: Any, written: int, span: Mapping[str, int], unit: str) -> None:
+    """Refuse a shard file (``span``: its ``start``/``stop``) that holds fewer than all its
+    ``unit``s (rows, variants)."""
+    expected = span["stop"] - span["start"]
+    if written != expected:
+        raise parameter_error(
+            func,
+            "shards",
+            "complete shards",
+            f"{path}: {written} of {expected} {unit}s written",
+            "Rerun that shard's command: it resumes where it stopped.",
+            described=True,
+        )
+
+
+def check_same_settings(
+    func: str, first: tuple[Any, Mapping[str, Any]], other: tuple[Any, Mapping[str, Any]]
+) -> None:
+    """Refuse two shards, each (path, settings that every shard of a job shares), whose
+    settings differ, naming the first difference."""
+    (first_path, first_settings), (path, settings) = first, other
+    for key in sorted(set(first_settings) | set(settings)):
+        if first_settings.get(key) != settings.get(key):
+            raise parameter_error(
+                func,
+                "shards",
+                "shards of one job (same settings)",
+                f"{path} with {key}={settings.get(key)!r} but "
+                f"{first_path} with {first_settings.get(key)!r}",
+                described=True,
+            )
+
+
+def check_coverage(
+    func: str, spans: Sequence[tuple[Any, Mapping[str, int]]], total: int, unit: str
+) -> None:
+    """Refuse shards, each (path, span) in order of ``start``, that do not cover ``unit``s
+    0 to ``total`` exactly once."""
+    position = 0
+    for path, span in spans:
+        if span["start"] != position:
+            raise parameter_error(
+                func,
+                "shards",
+                f"shards covering every {unit} exactly once",
+                f"{path} starting at {unit} {span['start']} where {unit} {position} was expected",
+                described=True,
+            )
+        position = span["stop"]
+    if position != total:
+        raise parameter_error(
+            func,
+            "shards",
+            f"shards covering {unit}s 0 to {total}",
+            f"{unit}s up to {position}",
+            described=True,
+        )
+
+
 def shard_path(out: str, index: int, count: int) -> str:
     """``out`` with ``{shard}`` replaced, else ``.shard-i-of-n`` before the extension."""
     if "{shard}" in out:

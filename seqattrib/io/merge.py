@@ -12,6 +12,7 @@ import numpy as np
 
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
+from ..shards import check_complete, check_coverage, check_same_settings
 from ._hdf5 import LIBVER, abandon, failure
 from .fingerprint import regions_fingerprint
 from .lock import acquire
@@ -56,15 +57,7 @@ def _read_shard(path: Path) -> dict[str, Any]:
             described=True,
         )
     shard = settings["shard"]
-    if done != shard["stop"] - shard["start"]:
-        raise parameter_error(
-            func,
-            "shards",
-            "complete shards",
-            f"{path}: {done} of {shard['stop'] - shard['start']} rows written",
-            "Rerun that shard's command: it resumes where it stopped.",
-            described=True,
-        )
+    check_complete(func, path, done, shard, "row")
     common = {k: v for k, v in settings.items() if k not in _PER_SHARD}
     return dict(info, shard=shard, common=common)
 
@@ -94,16 +87,7 @@ def _same_job(first: dict[str, Any], info: dict[str, Any]) -> None:
                 fix,
                 described=True,
             )
-    for key in sorted(set(first["common"]) | set(info["common"])):
-        if first["common"].get(key) != info["common"].get(key):
-            raise parameter_error(
-                func,
-                "shards",
-                "shards of one job (same settings)",
-                f"{info['path']} with {key}={info['common'].get(key)!r} but "
-                f"{first['path']} with {first['common'].get(key)!r}",
-                described=True,
-            )
+    check_same_settings(func, (first["path"], first["common"]), (info["path"], info["common"]))
     if info["seed"] != first["seed"]:
         raise parameter_error(
             func,
@@ -175,26 +159,7 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
             f"no file for shard(s) {missing}",
             described=True,
         )
-    position = 0
-    for info in infos:
-        if info["shard"]["start"] != position:
-            raise parameter_error(
-                func,
-                "shards",
-                "shards covering every row exactly once",
-                f"{info['path']} starting at row {info['shard']['start']} "
-                f"where row {position} was expected",
-                described=True,
-            )
-        position = info["shard"]["stop"]
-    if position != total:
-        raise parameter_error(
-            func,
-            "shards",
-            f"shards covering rows 0 to {total}",
-            f"rows up to {position}",
-            described=True,
-        )
+    check_coverage(func, [(info["path"], info["shard"]) for info in infos], total, "row")
     held = acquire(os.fspath(out), func, "out")
     if held is None:
         raise parameter_error(

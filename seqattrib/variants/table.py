@@ -21,6 +21,7 @@ import numpy as np
 
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
+from ..shards import check_complete, check_coverage, check_same_settings
 from .catalog import Skipped, VariantStream
 
 FORMAT = "seqattrib.variant_effects/1"
@@ -388,48 +389,17 @@ def merge_effects(
                 func, "shards", "tables written with --shard i/n", path, described=True
             )
         span = settings["shard"]
-        rows = _rows(path)
-        if rows != span["stop"] - span["start"]:
-            raise parameter_error(
-                func,
-                "shards",
-                "complete shards",
-                f"{path}: {rows} of {span['stop'] - span['start']} variants written",
-                "Rerun that shard's command: it resumes where it stopped.",
-                described=True,
-            )
+        check_complete(func, path, _rows(path), span, "variant")
         infos.append((span, settings, path))
     infos.sort(key=lambda info: info[0]["start"])
     common = {k: v for k, v in infos[0][1].items() if k not in _PER_SHARD}
-    position = 0
-    for span, settings, path in infos:
-        for key in sorted(set(common) | set(settings)):
-            if key not in _PER_SHARD and key != "description":
-                if settings.get(key) != common.get(key):
-                    raise parameter_error(
-                        func,
-                        "shards",
-                        "shards of one job (same settings)",
-                        f"{path} with {key}={settings.get(key)!r} but {common.get(key)!r}",
-                        described=True,
-                    )
-        if span["start"] != position:
-            raise parameter_error(
-                func,
-                "shards",
-                "shards covering every variant exactly once",
-                f"{path} starting at variant {span['start']} where {position} was expected",
-                described=True,
-            )
-        position = span["stop"]
-    if position != infos[0][0]["total"]:
-        raise parameter_error(
-            func,
-            "shards",
-            f"shards covering variants 0 to {infos[0][0]['total']}",
-            f"variants up to {position}",
-            described=True,
-        )
+
+    def compared(settings: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in settings.items() if k not in (*_PER_SHARD, "description")}
+
+    for _, settings, path in infos[1:]:
+        check_same_settings(func, (infos[0][2], compared(common)), (path, compared(settings)))
+    check_coverage(func, [(path, span) for span, _, path in infos], infos[0][0]["total"], "variant")
     paths = [path for _, _, path in infos]
     text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
     with open(text, "w") as target:
