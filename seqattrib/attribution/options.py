@@ -44,7 +44,7 @@ class RunOptions:
     @classmethod
     def from_arguments(cls, func: str, arguments: Mapping[str, Any]) -> RunOptions:
         """The shared keywords among a public method's ``arguments`` (its ``locals()``)."""
-        return cls.check(func, **{name: arguments[name] for name in _SHARED})
+        return cls.check(func, **{name: arguments[name] for name in SHARED_KEYWORDS})
 
     @classmethod
     def check(
@@ -96,7 +96,8 @@ class RunOptions:
         )
 
 
-_SHARED = (
+#: The keywords every attribution method shares (those ``RunOptions`` carries).
+SHARED_KEYWORDS = (
     "target",
     "output_fn",
     "alphabet_axis",

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._errors import SeqAttribWarning, parameter_error
 from ..attribution.job import JobContext, run_job
-from ..attribution.options import RunOptions, shared_docs
+from ..attribution.options import SHARED_KEYWORDS, RunOptions, shared_docs
 from ..engine import as_source
 from ..io.fingerprint import file_fingerprint, regions_fingerprint
 from ..io.regions import check_length
@@ -27,21 +27,9 @@ from .table import FORMAT, EffectsWriter, companion, write_skipped
 __all__ = ["VariantEffects", "variant_effects"]
 
 SCORES = ("delta", "log_ratio")
-#: Keywords of the attribution methods that ``variant_effects`` sets itself.
-_RESERVED = (
-    "target",
-    "output_fn",
-    "batch_size",
-    "max_cpu_sequences",
-    "device",
-    "verbose",
-    "backend",
-    "out",
-    "overwrite",
-    "regions",
-    "shard",
-    "alphabet_axis",
-)
+#: Keywords of the attribution methods that ``variant_effects`` sets itself (``args``: the
+#: model's other inputs, which its predictions do not take either).
+_RESERVED = SHARED_KEYWORDS
 
 
 @dataclass

@@ -165,6 +165,7 @@ def test_nothing_to_score_is_an_error(genome, conv_weights):
         ({"score": "ratio"}, "'score' parameter"),
         ({"attributions": "shap"}, "'attributions' parameter"),
         ({"attribution_options": {"target": 1}}, "'attribution_options' parameter"),
+        ({"attribution_options": {"args": [1.0]}}, "'attribution_options' parameter"),
         ({"length": 0}, "'length' parameter"),
         ({"layout": "LNC"}, "'layout' parameter"),
     ],
