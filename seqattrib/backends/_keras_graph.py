@@ -125,7 +125,7 @@ class _Reader:
             if isinstance(local, NonLocal) and local.note:
                 self.notes.append(f"{describe(call.op)} ends the local prefix: {local.reason}")
             for key in call.inputs:
-                i = self._read(key, tail_reader=True)
+                i = self._read(key)
                 if i is None:
                     continue
                 cut.add(i)
@@ -137,7 +137,7 @@ class _Reader:
                     )
                     first_reader = (call.op, reason)
         for key in outputs:
-            i = self._read(key, tail_reader=True)
+            i = self._read(key)
             if i is not None:
                 cut.add(i)
         return self._finish(cut, [call for call, _ in tail if call in needed], first_reader)
@@ -166,7 +166,7 @@ class _Reader:
         nodes, cut = self._needed(order)
         return LocalGraph(nodes, cut, run, self.notes, tail_macs=_tail_macs(tail))
 
-    def _read(self, key: Key, tail_reader: bool = False) -> int | None:
+    def _read(self, key: Key) -> int | None:
         """The local node of tensor ``key`` (a fixed node made on first read), or None."""
         if key in self.index:
             return self.index[key]
