@@ -36,7 +36,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ torch.set_num_threads(1)
 import models  # noqa: E402
 import published_models as published  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from _common import Row, log, markdown_table, meets  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -73,65 +73,10 @@ TANGERMEME_MODELS = {"bpnet", "basset", "bpnet-lite", "basset-500", "small-500"}
 
 
 # --------------------------------------------------------------------------- timing
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 def cpu_seconds(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.process_time()
     out = fn()
     return time.process_time() - start, out
-
-
-@dataclass
-class Row:
-    model: str
-    framework: str
-    comparison: str
-    settings: str
-    ours: str
-    theirs: str
-    ratio: float | None
-    target: str
-    met: str
-
-
-def meets(value: float | None, target: str) -> str:
-    if value is None or not target:
-        return "—"
-    op, bound = target.split()
-    ok = value <= float(bound) if op == "≤" else value >= float(bound)
-    return "yes" if ok else "**no**"
-
-
-def table(rows: list[Row]) -> str:
-    header = (
-        "model",
-        "framework",
-        "comparison",
-        "settings",
-        "ours (s)",
-        "theirs (s)",
-        "ratio",
-        "target",
-        "met?",
-    )
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for r in rows:
-        ratio = "—" if r.ratio is None else f"{r.ratio:.2f}"
-        cells = (
-            r.model,
-            r.framework,
-            r.comparison,
-            r.settings,
-            r.ours,
-            r.theirs,
-            ratio,
-            r.target,
-            r.met,
-        )
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- ours
@@ -334,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         run_model(name, specs[name], args.quick, module, rows, notes)
     print("\n".join(header(module, version)))
     print()
-    print(table(rows))
+    print(markdown_table(rows))
     print()
     for note in notes:
         print(f"- {note}")
