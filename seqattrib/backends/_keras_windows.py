@@ -112,11 +112,11 @@ def _conv_apply(layer: Any) -> Callable[[Any], Any]:
     return apply
 
 
-def _conv_transposed(layer: Any) -> Callable[[Any, Any], Any]:
-    """``reference`` plus the convolution (no bias) of an input change, over every output
-    position the change reaches: a transposed convolution with the flipped kernel."""
+def _conv_transposed(layer: Any) -> Callable[[Any], Any]:
+    """The convolution (no bias) of an input change, over every output position the change
+    reaches: a transposed convolution with the flipped kernel."""
 
-    def transposed(change: Any, reference: Any) -> Any:
+    def transposed(change: Any) -> Any:
         dtype = layer.compute_dtype
         kernel = ops.flip(ops.transpose(ops.cast(layer.kernel, dtype), (0, 2, 1)), axis=0)
         out = ops.conv_transpose(
@@ -127,7 +127,7 @@ def _conv_transposed(layer: Any) -> Callable[[Any, Any], Any]:
             dilation_rate=layer.dilation_rate[0],
             data_format=layer.data_format,
         )
-        return out + reference
+        return out
 
     return transposed
 

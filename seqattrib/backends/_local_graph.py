@@ -63,10 +63,10 @@ class LocalNode:
     in_place: Callable[..., Tensor] | None = None  # ``apply`` that may overwrite its first
     # input and return it (used when nothing else reads that input)
     commutes: bool = False  # merge of two inputs: ``apply(a, b) == apply(b, a)``
-    transposed: Callable[[Tensor, Tensor], Tensor] | None = None  # a linear window node of
-    # stride 1: ``transposed(change, reference)`` is ``reference`` plus the node's output
-    # change for an input change over w positions (zero elsewhere), over the w + reach
-    # output positions it reaches (a transposed convolution)
+    transposed: Callable[[Tensor], Tensor] | None = None  # a linear window node of stride
+    # 1: ``transposed(change)`` is the node's output change for an input change over w
+    # positions (zero elsewhere), over the w + reach output positions it reaches (a
+    # transposed convolution)
 
 
 @dataclass

@@ -148,6 +148,9 @@ class Backend(Protocol):
 class WindowedForward(Protocol):
     """Windowed forward passes of a model's local layers (fast ISM)."""
 
+    #: Whether the backend's tensors can be written in place (``add_windows`` honours ``out``).
+    writes_in_place: bool
+
     def local_graph(
         self,
         model: Any,
@@ -173,6 +176,36 @@ class WindowedForward(Protocol):
         an int: the same offset for every row, the window inside ``target``. May write
         ``target`` in place."""
 
+    def add_windows(
+        self,
+        x: Tensor,
+        source: Tensor,
+        rows: Tensor,
+        starts: Tensor,
+        axis: int,
+        alpha: float = 1.0,
+        out: Tensor | None = None,
+    ) -> Tensor:
+        """``x`` (B, ...) plus ``alpha`` times ``gather_windows(source, rows, starts, w, axis)``
+        (w: the positions of ``x`` along ``axis``). ``out``: where the result may be written
+        (``x`` itself, or a tensor laid out as ``x`` with at least its rows, whose first rows
+        it then returns); backends whose tensors are immutable, or an ``out`` that cannot
+        hold it, return a new tensor."""
+
+    def add_splice(
+        self,
+        target: Tensor,
+        source: Tensor,
+        rows: Tensor,
+        starts: Tensor,
+        window: Tensor,
+        at: int,
+        axis: int,
+    ) -> Tensor:
+        """``target`` (B, ...) plus ``source``'s windows as ``gather_windows`` reads them over
+        the positions of ``target``, with ``window`` (B, ...) in place of positions
+        ``at : at + window width`` (inside ``target``). May write ``target`` in place."""
+
     def pad_positions(
         self, x: Tensor, left: int, right: int, axis: int, fill: float = 0.0
     ) -> Tensor:
@@ -180,10 +213,17 @@ class WindowedForward(Protocol):
         removing only may return a view)."""
 
     def fill_outside(
-        self, x: Tensor, starts: Tensor, length: int, fill: float, axis: int
+        self,
+        x: Tensor,
+        starts: Tensor,
+        length: int,
+        fill: float,
+        axis: int,
+        in_place: bool = False,
     ) -> Tensor:
         """``x`` (B, ...) with ``fill`` at the positions j along ``axis`` where
-        ``starts[i] + j`` lies outside ``[0, length)`` (a new tensor)."""
+        ``starts[i] + j`` lies outside ``[0, length)`` (a new tensor, or ``x`` itself where no
+        position lies outside; ``in_place``: ``x`` may be written)."""
 
     def reduce_positions(
         self, x: Tensor, starts: Tensor | None, length: int, how: str, axis: int
@@ -214,8 +254,9 @@ class WindowedForward(Protocol):
         """``fn`` made fast for repeated calls on tensors (inference mode; a TF graph)."""
 
     def pass_bytes(self) -> int | None:
-        """The largest intermediate tensor one windowed pass should make, in bytes (a batch
-        runs in several passes), or None for no limit."""
+        """The largest intermediate tensor a node of a windowed pass should make, in bytes (a
+        node whose tensors would be larger runs on chunks of the batch), or None for no
+        limit."""
 
 
 @runtime_checkable

@@ -35,6 +35,8 @@ class TensorFlowWindowedForward:
     """Windows of TensorFlow tensors and the Keras layer-graph reader of a model's local
     prefix."""
 
+    writes_in_place = False
+
     def local_graph(
         self,
         model: Any,
@@ -91,8 +93,40 @@ class TensorFlowWindowedForward:
             x = tf.pad(x, paddings, constant_values=tf.cast(fill, x.dtype))
         return x
 
+    def add_windows(
+        self,
+        x: tf.Tensor,
+        source: tf.Tensor,
+        rows: tf.Tensor,
+        starts: tf.Tensor,
+        axis: int,
+        alpha: float = 1.0,
+        out: tf.Tensor | None = None,
+    ) -> tf.Tensor:
+        windows = self.gather_windows(source, rows, starts, int(x.shape[axis]), axis)
+        return x + windows if alpha == 1.0 else x + tf.cast(alpha, x.dtype) * windows
+
+    def add_splice(
+        self,
+        target: tf.Tensor,
+        source: tf.Tensor,
+        rows: tf.Tensor,
+        starts: tf.Tensor,
+        window: tf.Tensor,
+        at: int,
+        axis: int,
+    ) -> tf.Tensor:
+        run = self.gather_windows(source, rows, starts, int(target.shape[axis]), axis)
+        return target + self.overwrite_windows(run, window, at, axis)
+
     def fill_outside(
-        self, x: tf.Tensor, starts: tf.Tensor, length: int, fill: float, axis: int
+        self,
+        x: tf.Tensor,
+        starts: tf.Tensor,
+        length: int,
+        fill: float,
+        axis: int,
+        in_place: bool = False,
     ) -> tf.Tensor:
         outside = _outside(starts, tf.shape(x, out_type=tf.int64)[axis], length)
         outside = outside[:, None, :] if axis == 2 else outside[:, :, None]

@@ -299,3 +299,41 @@ def test_short_sequences_and_windows_spanning_everything(length):
     assert_fast_matches(fast, exact, model, X)
     if length == 30:
         assert any(plan_of(model).full)
+
+
+@pytest.mark.parametrize("kind", ["bpnet", "basset", "crested"])
+def test_wide_layers_run_in_chunks_of_a_batch(monkeypatch, kind):
+    """Under a small per-tensor limit, each node runs on as many mutants as keep its tensors
+    under it: the batch splits into chunks at wider layers (and again at wider ones), and the
+    scores are those of the exact path."""
+    from seqattrib.attribution.mutagenesis.fast import FastForward
+    from seqattrib.backends import _torch_windows
+
+    model = build("torch", kind, "NCL")
+    X = models.random_one_hot(3, LENGTHS[kind], seed=7, layout="NCL")
+    X[1, :, 5] = 0.25  # an N: four mutants at one position
+    exact = sa.ism(model, X, target=[0, 2], fast=False)
+    splits: list[tuple[int, int, int]] = []  # (rows, chunk size, depth)
+    depth = [0]
+    in_chunks = FastForward._in_chunks
+
+    def spy(self, state, first, rows, size):
+        depth[0] += 1
+        splits.append((rows, size, depth[0]))
+        try:
+            return in_chunks(self, state, first, rows, size)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(FastForward, "_in_chunks", spy)
+    for limit in (3000, 20000):
+        monkeypatch.setattr(_torch_windows, "CPU_PASS_BYTES", limit)
+        choice.clear_plans()
+        splits.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SeqAttribWarning)
+            fast = sa.ism(model, X, target=[0, 2], fast=True, batch_size=200)
+        assert_fast_matches(fast, exact, model, X)
+        assert splits and all(size < rows for rows, size, _ in splits)
+        if limit == 3000:  # chunks of chunks
+            assert max(d for _, _, d in splits) >= 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -17,7 +17,7 @@ from ...engine import SequenceSource, as_source
 from ..job import JobContext, drop_target_axis, run_job
 from ..options import RunOptions, shared_docs
 from .choice import AUTO_MAX_COST_RATIO, checked_plan
-from .fast import fast_forward
+from .fast import FastForward, fast_forward
 from .kernel import IsmKernel, count_rows, scan_window
 
 __all__ = ["ism", "ism_to_hypothetical"]
@@ -35,6 +35,12 @@ class IsmMethod:
     fast: bool | str
     func: str = "ism"
     random_state: Any = 0
+    forwards: list[FastForward] = field(default_factory=list)  # the fast passes it made
+
+    def release(self) -> None:
+        """Free what the fast passes kept between passes."""
+        for forward in self.forwards:
+            forward.release()
 
     def settings(self) -> dict[str, Any]:
         return {"positions": list(self.window), "score": self.score}
@@ -69,6 +75,7 @@ class IsmMethod:
             )
             if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
                 forward = fast_forward(windowed, plan)
+                self.forwards.append(forward)
         return IsmKernel(
             be,
             context.model,
@@ -175,7 +182,10 @@ def ism(
         raise parameter_error(func, "fast", "True, False or 'auto'", fast)
     source = as_source(X, alphabet_axis, func)
     method = IsmMethod(source, scan_window(positions, source.length, func), score, fast)
-    result, squeeze = run_job(method, model, source, options)
+    try:
+        result, squeeze = run_job(method, model, source, options)
+    finally:
+        method.release()
     if isinstance(result, str):
         return result
     return drop_target_axis(result, squeeze)["attributions"]

@@ -72,7 +72,7 @@ class Layout:
                     self.tables.append((c, j, offset))
         self.constants = [c for c in self.cut if not plan.changes[c]]
         self.in_place = self._in_place()
-        self.delta_hosts = self._delta_hosts()
+        self.node_bytes = self._node_bytes()
         self.bytes_per_row = self._bytes_per_row()
         self.rows, self.table = self._position_table()
 
@@ -80,24 +80,6 @@ class Layout:
     def n_kept(self) -> int:
         """Tensors the reference pass returns before the raw output."""
         return len(self.kept) + len(self.tables) + len(self.sums) + len(self.constants)
-
-    def _delta_hosts(self) -> dict[int, tuple[Any, int]]:
-        """For a node that adds its change to its reference values, an expansion of its input
-        (for another consumer, e.g. the residual sum after it) that holds the input's window
-        at one offset: the input's reference values over the window are read from that
-        expansion's reference run before the window is written into it (one gather less)."""
-        plan, hosts = self.plan, {}
-        for n in plan.order:
-            if not plan.delta[n] or n in plan.skipped:
-                continue
-            (i,) = self.nodes[n].inputs
-            for key, e in self.expansions.items():
-                low, high = e.offsets
-                fits = low == high and low >= 0 and low + plan.widths[i] <= e.width
-                if e.i == i and e.source is None and not e.reference_only and fits:
-                    hosts[n] = key
-                    break
-        return hosts
 
     def _in_place(self) -> dict[int, int]:
         """Pointwise and merge nodes that may overwrite an input (which one): nothing else reads
@@ -234,10 +216,24 @@ class Layout:
 
     def _bytes_per_row(self) -> int:
         """Bytes of the largest intermediate tensor of the mutant pass, per mutant."""
+        return max([*self.node_bytes.values(), 4])
+
+    def _node_bytes(self) -> dict[int, int]:
+        """Bytes per mutant of the largest tensor the mutant pass makes for node n: its
+        values over its window, the ranges of its inputs it builds (a delta node: its input's
+        change), the range of n the cut reads."""
         plan, nodes = self.plan, self.nodes
-        widest = max(
-            [plan.widths[n] * nodes[n].channels for n in plan.order if plan.changes[n]]
-            + [e.width * nodes[e.i].channels for e in self.expansions.values()]
-            + [1]
-        )
-        return 4 * widest
+        sizes = {
+            n: [plan.widths[n] * nodes[n].channels]
+            for n in plan.order
+            if plan.changes[n] and n not in plan.skipped
+        }
+        for key, e in self.expansions.items():
+            consumer = e.i if key[0] in ("reference", "cut") else key[0]
+            if consumer in sizes:
+                sizes[consumer].append(e.width * nodes[e.i].channels)
+        for n in sizes:
+            if plan.delta[n]:
+                (i,) = nodes[n].inputs
+                sizes[n].append(plan.widths[i] * nodes[i].channels)
+        return {n: 4 * max(s) for n, s in sizes.items()}
