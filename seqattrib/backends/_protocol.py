@@ -210,7 +210,8 @@ class WindowedForward(Protocol):
         self, x: Tensor, left: int, right: int, axis: int, fill: float = 0.0
     ) -> Tensor:
         """``fill`` added before and after the positions along ``axis`` (negative: removed;
-        removing only may return a view)."""
+        removing only may return a view). The result is laid out as the backend's windows
+        are (torch: positions outermost)."""
 
     def fill_outside(
         self,

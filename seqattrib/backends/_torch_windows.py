@@ -207,6 +207,8 @@ class TorchWindowedForward:
     def pad_positions(
         self, x: torch.Tensor, left: int, right: int, axis: int, fill: float = 0.0
     ) -> torch.Tensor:
+        if left == 0 and right == 0:  # stored with its positions outermost (a copy if not)
+            return _major(_major(x, axis).contiguous(), axis)
         if left <= 0 and right <= 0:  # removing only: a view
             return x.narrow(axis, -left, x.shape[axis] + left + right)
         major = _major(x, axis)
