@@ -245,8 +245,7 @@ class FastForward:
             whole = self._expanded(e.source, state)
             value = be.pad_positions(whole, -e.shift, -(host.width - e.shift - e.width), axis)
         else:
-            reference = state.reference[e.i, fill_key(e.fill)]
-            begin = state.rows[self._rows["begin", key]]
+            reference, begin = self._reference_run(key, state)
             if not self.plan.changes[e.i] or e.reference_only:
                 value = be.gather_windows(reference, state.seq, begin, e.width, axis)
             else:
@@ -268,6 +267,12 @@ class FastForward:
         state.built[key] = value
         return value
 
+    def _reference_run(self, key: tuple[Any, int], state: _MutantState) -> tuple[Tensor, Tensor]:
+        """The kept reference values expansion ``key`` reads, and where each mutant's range
+        starts in them (B,)."""
+        e = self.expansions[key]
+        return state.reference[e.i, fill_key(e.fill)], state.rows[self._rows["begin", key]]
+
     def _plus_reference(
         self,
         key: tuple[Any, int],
@@ -280,8 +285,7 @@ class FastForward:
         ``key[1]``, over ``x``'s positions), read where they are kept; in place, or into the
         tensor the previous pass made here (no new memory per pass)."""
         e = self.expansions[key]
-        reference = state.reference[e.i, fill_key(e.fill)]
-        begin = state.rows[self._rows["begin", key]]
+        reference, begin = self._reference_run(key, state)
         axis = self.nodes[e.i].length_axis
         be = self.backend
         spare = be.writes_in_place and not in_place
@@ -390,8 +394,7 @@ class FastForward:
         value = self._expanded((n, target), state)
         if (n, target) not in state.views:
             return False
-        reference = state.reference[e.i, fill_key(e.fill)]
-        begin = state.rows[self._rows["begin", key]]
+        reference, begin = self._reference_run(key, state)
         axis = self.nodes[other].length_axis
         state.values[n] = self.backend.add_splice(
             value, reference, state.seq, begin, state.values[other], low, axis
