@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "Ratios: time rows are theirs ÷ ours (a speed-up); memory rows captum ÷ ours. A timed "
         "call is the whole job (fit + scores; construction + influence). Timings are "
-        "wall-clock on a shared machine and noisy."
+        "wall-clock, so they move with the machine's load."
     )
     for note in notes:
         print(f"- {note}")

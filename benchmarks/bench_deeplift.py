@@ -216,7 +216,7 @@ def keras_rows(label: str, args: argparse.Namespace) -> list[Row]:
             f"{times['keras'] / n:.3f}",
             f"{times['torch'] / n:.3f}",
             times["keras"] / times["torch"],
-            "report",
+            "",
             "—",
         )
     ]

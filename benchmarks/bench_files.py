@@ -8,14 +8,14 @@ Two measurements, each printed as ratios of times taken in this one run:
    layers, 5 outputs; torch, one thread) and 10,000 x 2,114-bp inputs: the model fingerprint
    plus the per-row hashes of X, computed once when the rows are written and once more when a
    file is resumed or reused, against the job they protect: EIG (25 dinucleotide-shuffled
-   baselines x 26 points) and saliency, timed on a few sequences and scaled to 10,000. Also
-   the digest of a genome FASTA that the command line takes once per run (``--genome``),
-   timed on 256 MiB and scaled to 3.1 GB.
+   baselines x 25 Gauss-Legendre points) and saliency, timed on a few sequences and scaled to
+   10,000. Also the digest of a genome FASTA that the command line takes once per run
+   (``--genome``), timed on 256 MiB and scaled to 3.1 GB.
 2. Overhead on a 1,000-region EIG run of the demo CNN (200 bp, 3 targets, tracks with regions
    written to HDF5): the run with every safeguard (lock, model and output_fn fingerprints, row
    hashes) against the same run with them stubbed out, timed in turn; plus the time to reuse
    the finished file (lock, every check, the rows of X hashed again). EIG is cut to 5
-   baselines x 6 points so that the run is short and the fixed costs weigh the most. On a
+   baselines x 5 points so that the run is short and the fixed costs weigh the most. On a
    shared machine wall-clock times of minutes-long runs vary by tens of percent: the ratio is
    also given in process CPU time, and as the run's time over the run less the time measured
    inside the safeguards themselves.
@@ -39,9 +39,8 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-# _common (beside this script, or in tests/benchmarks), tests/models.py, this checkout
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests" / "benchmarks")]
-sys.path[2:2] = [str(HERE.parent / "tests"), str(HERE.parent)]
+# _common (beside this script), tests/models.py, this checkout
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
 
 import models  # noqa: E402
 from _common import (  # noqa: E402
@@ -73,7 +72,7 @@ def fingerprint_rows(quick: bool) -> list[Row]:
     X = models.random_one_hot(1_024, LENGTH, seed=0, layout="NCL").astype(np.int8)
     log(f"hashing {n_inputs} x {LENGTH} bp rows (blocks of 1,024, int8 input)")
     tick = time.perf_counter()
-    model_fingerprint(model, be.get_state)
+    model_fingerprint(model, be.state)
     model_seconds = time.perf_counter() - tick
     tick = time.perf_counter()
     for start in range(0, n_inputs, len(X)):
@@ -92,7 +91,7 @@ def fingerprint_rows(quick: bool) -> list[Row]:
     log(f"  genome digest {genome_seconds:.1f} s for a 3.1 GB genome")
 
     jobs = {
-        "EIG 25 x 26": (2 if not quick else 1, dict(n_baselines=25, n_steps=25)),
+        "EIG 25 x 25": (2 if not quick else 1, dict(n_baselines=25, n_steps=25)),
         "saliency": (64 if not quick else 8, {}),
     }
     rows = []
@@ -134,43 +133,40 @@ def fingerprint_rows(quick: bool) -> list[Row]:
 
 @contextlib.contextmanager
 def without_safeguards() -> Iterator[None]:
-    """The same run with the lock, the fingerprints, the row hashes and the checks stubbed."""
-    from seqattrib.io import fingerprint, lock, tracks, tracks_resume
+    """The same run with the lock, the fingerprints, the row hashes and the checks stubbed
+    (where their callers look them up: the job module imports the fingerprints by name)."""
+    from seqattrib.attribution import job
+    from seqattrib.io import lock, tracks, tracks_resume
 
-    saved = (
-        lock.acquire,
-        fingerprint.model_fingerprint,
-        tracks.row_hashes,
-        tracks_resume._check_rows,
-        tracks_resume._check_regions,
-    )
-    lock.acquire = lambda path, func, param="out": lock.WriteLock(path, None)
-    fingerprint.model_fingerprint = lambda model, get_state: "0" * 32
-    tracks.row_hashes = lambda rows: np.zeros((len(rows), 16), np.uint8)
-    tracks_resume._check_rows = lambda *args: None
-    tracks_resume._check_regions = lambda *args: None
+    stubs = [
+        (lock, "acquire", lambda path, func, param="out": lock.WriteLock(path, None)),
+        (job, "model_fingerprint", lambda model, get_state: "0" * 32),
+        (job, "function_identity", lambda fn: None),
+        (tracks, "row_hashes", lambda rows: np.zeros((len(rows), 16), np.uint8)),
+        (tracks_resume, "_check_rows", lambda *args: None),
+        (tracks_resume, "_check_regions", lambda *args: None),
+    ]
+    saved = [getattr(owner, name) for owner, name, _ in stubs]
+    for owner, name, stub in stubs:
+        setattr(owner, name, stub)
     try:
         yield
     finally:
-        (
-            lock.acquire,
-            fingerprint.model_fingerprint,
-            tracks.row_hashes,
-            tracks_resume._check_rows,
-            tracks_resume._check_regions,
-        ) = saved
+        for (owner, name, _), fn in zip(stubs, saved, strict=True):
+            setattr(owner, name, fn)
 
 
 @contextlib.contextmanager
 def timed_safeguards(spent: list[float]) -> Iterator[None]:
     """Add the time spent in the lock, the fingerprints, the row hashes and the checks."""
-    from seqattrib.io import fingerprint, lock, tracks, tracks_resume
+    from seqattrib.attribution import job
+    from seqattrib.io import lock, tracks, tracks_resume
 
     targets = [
         (lock, "acquire"),
         (lock.WriteLock, "release"),
-        (fingerprint, "model_fingerprint"),
-        (fingerprint, "function_identity"),
+        (job, "model_fingerprint"),
+        (job, "function_identity"),
         (tracks, "row_hashes"),
         (tracks_resume, "_check_rows"),
         (tracks_resume, "_check_regions"),
@@ -214,7 +210,7 @@ def overhead_rows(n_regions: int, repeats: int, folder: Path) -> list[Row]:
         with without_safeguards():
             sa.expected_integrated_gradients(model, X, out=path, overwrite=True, **kwargs)
 
-    log(f"EIG 5 x 6 on {n_regions} demo regions, to HDF5, with and without the safeguards")
+    log(f"EIG 5 x 5 on {n_regions} demo regions, to HDF5, with and without the safeguards")
     cpu: dict[str, list[float]] = {"guarded": [], "bare": []}
 
     def on_cpu(name: str, run: Any) -> Any:
@@ -239,7 +235,7 @@ def overhead_rows(n_regions: int, repeats: int, folder: Path) -> list[Row]:
         time_once(lambda: sa.expected_integrated_gradients(model, X, out=path, **kwargs))
         for _ in range(repeats)
     )
-    settings = f"{n_regions} regions x 200 bp, 3 targets, EIG 5 x 6 points, tracks + regions"
+    settings = f"{n_regions} regions x 200 bp, 3 targets, EIG 5 x 5 points, tracks + regions"
     return [
         Row.ratio_row(
             "demo CNN",

@@ -852,7 +852,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "Ratios: time rows are theirs ÷ ours where the target is ≥ or >, ours ÷ theirs where "
         "it is ≤ (rows 'ours ÷ bare', 'K=5 ÷ K=1', 'auto ÷ best fixed'). Memory rows: "
-        "captum ÷ ours. Timings are wall-clock on a shared machine and noisy."
+        "captum ÷ ours. Timings are wall-clock, so they move with the machine's load."
     )
     for note in notes:
         print(f"- {note}")

@@ -41,6 +41,7 @@ def main() -> None:
     print(f"device: {args.device}; batch_size={args.batch_size}; N={args.n_sequences}")
     print("\n| backend | K=1 (s) | K=5 sequential (s) | ratio | K=5 vectorised (s) | ratio |")
     print("|---|---:|---:|---:|---:|---:|")
+    judged = []
     for framework in frameworks:
         if framework == "torch":
             model = models.torch_model("bpnet", weights, "NCL")
@@ -69,7 +70,13 @@ def main() -> None:
             f"| {framework} | {one:.2f} | {times[False]:.2f} | {times[False] / one:.2f} | "
             f"{times[True]:.2f} | {times[True] / one:.2f} |"
         )
-    print("\ntarget K=5 ÷ K=1 <= 2.5")
+        default = times[args.device != "cpu"] / one  # the path the device runs by default
+        judged.append(f"{framework} {default:.2f} ({'met' if default <= 2.5 else 'not met'})")
+    path = "vectorised" if args.device != "cpu" else "sequential"
+    print(
+        f"\ntarget K=5 ÷ K=1 <= 2.5 on the {path} path (this device's default): "
+        + ", ".join(judged)
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a borrowed CUDA machine that has torch but may lack captum
-# (carry its wheel in .whl/) and TensorFlow (its rows are skipped: --backends torch).
+# The GPU checks as one script, for a CUDA machine that has torch but may have no internet
+# access: captum can be installed from wheels placed in .whl/, and without TensorFlow its rows
+# are skipped (--backends torch).
 #   bash benchmarks/gpu_run.sh [OUTPUT_DIR] [STEPS]
 # STEPS: a comma-separated subset of precision,tests,targets,tracin,gradients,ism (default: all).
 # Logs go to OUTPUT_DIR (default $OUT, else /tmp/seqattrib-gpu), one file per step.
