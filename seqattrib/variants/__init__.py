@@ -8,6 +8,7 @@ Only numpy is imported here; pysam (VCF/BCF) and pyarrow (Parquet) when first ne
 from __future__ import annotations
 
 from .effects import VariantEffects, variant_effects
-from .table import EffectsTable, merge_effects, read_effects
+from .table import EffectsTable, read_effects
+from .table_merge import merge_effects
 
 __all__ = ["EffectsTable", "VariantEffects", "merge_effects", "read_effects", "variant_effects"]

@@ -5,7 +5,8 @@ the header, then one line per variant, in the order of the input (multi-allelic 
 Each block of finished variants is appended and flushed whole; a killed run leaves complete lines
 (a cut last line is dropped on resume), and a rerun with the same settings continues after the
 last one. A ``.parquet`` output streams into ``OUT.partial.tsv`` the same way and becomes the
-Parquet file (settings in its schema metadata) when every variant is in.
+Parquet file (settings in its schema metadata) when every variant is in. One run writes a table
+at a time (the lock of ``seqattrib.io.lock``); merging shards only reads them.
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from .._errors import parameter_error, refuse_existing
+from .._errors import parameter_error
 from .._optional import import_optional
-from ..shards import check_complete, check_coverage, check_same_settings
+from ..io import lock as _lock
+from ..io.tracks import _write_error
 from .catalog import Skipped, VariantStream
 
 FORMAT = "seqattrib.variant_effects/1"
 IDENTITY = ("chrom", "pos", "id", "ref", "alt")
-#: Settings that differ between the shards of one job.
-_PER_SHARD = ("shard",)
 
 
 def columns(targets: Sequence[int], scores: Sequence[str]) -> list[str]:
@@ -70,36 +70,52 @@ def _read_settings(path: str) -> dict[str, Any] | None:
 
 
 def _complete_lines(path: str) -> int:
-    """Data lines of a TSV table, after dropping a cut last line (a killed writer's)."""
+    """Data lines of a TSV table that end in a newline (a cut last line is not counted).
+
+    Reads only: merging counts the rows of shards it must not change.
+    """
+    count = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            count += block.count(b"\n")
+    return count - 2  # the settings line and the header
+
+
+def _drop_cut_line(path: str) -> None:
+    """Truncate a cut last line (a killed writer's), so that appended rows start a new line.
+
+    Only the writer that resumes ``path``, holding its lock, calls this.
+    """
     with open(path, "rb+") as handle:
-        handle.seek(0, os.SEEK_END)
-        size = handle.tell()
+        size = handle.seek(0, os.SEEK_END)
         end = size
         while end > 0:  # find the last newline
             step = min(end, 1 << 16)
             handle.seek(end - step)
-            chunk = handle.read(step)
-            cut = chunk.rfind(b"\n")
+            cut = handle.read(step).rfind(b"\n")
             if cut >= 0:
                 end = end - step + cut + 1
                 break
             end -= step
         if end < size:
             handle.truncate(end)
-        handle.seek(0)
-        count = 0
-        while block := handle.read(1 << 20):
-            count += block.count(b"\n")
-    return count - 2  # the settings line and the header
 
 
 def _last_line(path: str) -> list[str]:
+    """The fields of the last complete line (a cut line after it is ignored)."""
     with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        size = handle.tell()
+        size = handle.seek(0, os.SEEK_END)
         handle.seek(max(0, size - (1 << 16)))
-        tail = handle.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    return tail.decode("utf-8").split("\t")
+        tail = handle.read()
+    tail = tail[: tail.rfind(b"\n")]
+    return tail.rsplit(b"\n", 1)[-1].decode("utf-8").split("\t")
+
+
+def _append(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the end of the file open as ``fd`` (a short write continues)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _format_rows(identity: list[tuple[str, int, str, str, str]], values: np.ndarray) -> str:
@@ -111,7 +127,13 @@ def _format_rows(identity: list[tuple[str, int, str, str, str]], values: np.ndar
 
 class EffectsWriter:
     """The engine's sink: finished variants as table lines (a file, or memory with ``path``
-    None)."""
+    None).
+
+    A file is locked for writing (``seqattrib.io.lock``) from the moment the writer is made,
+    before anything is removed or written, until :meth:`close`: a second run writing the same
+    table is refused, naming the first. A write that fails (a full disk) leaves the table with
+    its complete rows, releases the lock and raises a one-line ``OSError``; a rerun resumes it.
+    """
 
     def __init__(
         self,
@@ -132,35 +154,92 @@ class EffectsWriter:
         self.names = columns(targets, self.scores)
         self.n_variants, self.func = n_variants, func
         self.n_completed = 0
-        self._handle: Any = None
+        self._fd: int | None = None
+        self._size = 0  # bytes of the table up to its last complete row
+        self._lock: _lock.WriteLock | None = None
         self._memory: dict[str, list[Any]] = {name: [] for name in ("identity", "values")}
         self.settings = settings
         if path is None:
             return
         self.text = path + ".partial.tsv" if _is_parquet(path) else path
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise parameter_error(
+                func, "out", "a path in an existing folder", path, f"Create {directory} first."
+            )
+        held = _lock.acquire(path, func)
+        if held is None:
+            self._reuse_read_only(overwrite)
+            return
+        self._lock = held
+        try:
+            self._open(overwrite)
+        except BaseException:
+            self._give_up()
+            raise
+
+    def _open(self, overwrite: bool) -> None:
+        """Under the lock: start the table, or take up the one there to resume it."""
+        path = cast(str, self.path)
         if overwrite:
             for p in (path, self.text):
                 if os.path.exists(p):
                     os.remove(p)
         if os.path.exists(path) and _is_parquet(path):
             self._check_settings(path)
-            self.n_completed = n_variants
+            self.n_completed = self.n_variants  # finished: the leftover text goes in close
             return
         if os.path.exists(self.text):
             self._check_settings(self.text)
             self.n_completed = _complete_lines(self.text)
             self._check_rows()
+            _drop_cut_line(self.text)
         else:
-            directory = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(directory):
-                raise parameter_error(
-                    func, "out", "a path in an existing folder", path, f"Create {directory} first."
-                )
-            partial = self.text + ".new"
-            with open(partial, "w") as handle:
-                handle.write(_settings_line(settings) + "\t".join(self.names) + "\n")
+            self._create()
+        self._size = os.path.getsize(self.text)
+        try:
+            self._fd = os.open(self.text, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise _write_error(
+                self.func, self.text, "reopening the file", exc, self.n_completed
+            ) from exc
+
+    def _create(self) -> None:
+        """The settings line and the header, written under a temporary name then renamed."""
+        partial = self.text + ".new"
+        try:
+            with open(partial, "w", encoding="utf-8") as handle:
+                handle.write(_settings_line(self.settings) + "\t".join(self.names) + "\n")
             os.replace(partial, self.text)
-        self._handle = open(self.text, "a")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            if os.path.exists(partial):
+                os.remove(partial)
+            raise _write_error(self.func, self.text, "creating the file", exc, 0) from exc
+
+    def _reuse_read_only(self, overwrite: bool) -> None:
+        """In a folder this process cannot write: a finished table of the same job is reused."""
+        path = cast(str, self.path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not overwrite:
+            if os.path.exists(path) and _is_parquet(path):
+                self._check_settings(path)
+                self.n_completed = self.n_variants
+                return
+            if os.path.exists(self.text) and not _is_parquet(path):
+                self._check_settings(self.text)
+                self.n_completed = _complete_lines(self.text)
+                self._check_rows()
+                if self.n_completed == self.n_variants:
+                    return
+        raise parameter_error(
+            self.func,
+            "out",
+            "a finished table, or a path in a folder this process can write to",
+            f"{path!r} in the read-only folder {folder!r}",
+            "Choose a writable folder.",
+            error=PermissionError,
+            described=True,
+        )
 
     def _check_settings(self, path: str) -> None:
         fix = "Pass overwrite=True to replace it, or choose another path."
@@ -218,18 +297,74 @@ class EffectsWriter:
         variants = self.stream.variants(self.offset + start, self.offset + start + n)
         identity = [(v.chrom, v.pos, v.id, v.ref, v.alt) for v in variants]
         values = np.concatenate([block[q] for q in ("ref", "alt", *self.scores)], axis=1)
-        if self._handle is None:
+        if self.path is None:
             self._memory["identity"] += identity
             self._memory["values"].append(values)
-        else:
-            self._handle.write(_format_rows(identity, values))
-            self._handle.flush()
+            self.n_completed = start + n
+            return
+        if self._fd is None:
+            raise RuntimeError(f"effects table {self.text!r} is closed")
+        data = _format_rows(identity, values).encode("utf-8")
+        try:
+            _append(self._fd, data)
+        except OSError as exc:
+            self._give_up()
+            action = f"writing rows {start}..{start + n - 1}"
+            raise _write_error(self.func, self.text, action, exc, start) from exc
+        self._size += len(data)
         self.n_completed = start + n
 
+    def _give_up(self) -> None:
+        """After a failure: cut what a failed write left after the complete rows (a rerun would
+        drop it too), close the file without writing more, release the lock."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.ftruncate(fd, self._size)
+            except OSError:
+                pass
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        """Close the file and release its lock; a Parquet output is made once every row is in."""
+        fd, self._fd = self._fd, None
+        try:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError as exc:
+                    raise _write_error(
+                        self.func, self.text, "closing the file", exc, self.n_completed
+                    ) from exc
+            if self._lock is not None and self.n_completed == self.n_variants:
+                self._finish_parquet()
+        finally:
+            self._release()
+
+    def _finish_parquet(self) -> None:
+        """Under the lock, all rows in: the text table becomes the Parquet file."""
+        path = self.path
+        if path is None or not _is_parquet(path) or not os.path.exists(self.text):
+            return
+        if not os.path.exists(path):  # else a run killed before removing the text made it
+            try:
+                to_parquet(self.text, path, self.settings)
+            except OSError as exc:
+                if os.path.exists(path + ".new"):
+                    os.remove(path + ".new")
+                raise _write_error(
+                    self.func, self.text, "converting it to Parquet", exc, self.n_completed
+                ) from exc
+        os.remove(self.text)
 
     def result(self) -> Any:
         self.close()
@@ -241,9 +376,6 @@ class EffectsWriter:
                 else np.zeros((0, width), np.float32)
             )
             return self._memory["identity"], values, self.targets
-        if _is_parquet(self.path) and os.path.exists(self.text):
-            to_parquet(self.text, self.path, self.settings)
-            os.remove(self.text)
         return self.path
 
 
@@ -346,114 +478,3 @@ def _typed(name: str, values: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- merging
-def merge_effects(
-    shards: Sequence[str | os.PathLike[str]],
-    out: str | os.PathLike[str],
-    *,
-    overwrite: bool = False,
-) -> Path:
-    """Join the shard tables of one job (``variant_effects(..., shard=(i, n))``) into one table,
-    and their attribution tracks and skipped lists beside it.
-
-    Refuses shards that are incomplete, written with other settings, or that do not cover every
-    variant exactly once.
-
-    Parameters
-    ----------
-    shards : sequence of paths
-        Every shard table of the job, in any order (TSV or Parquet).
-    out : path
-        The merged table (TSV, or Parquet by its suffix), as if one process had written it.
-    overwrite : bool
-        Replace an existing ``out``.
-
-    Returns
-    -------
-    Path
-    """
-    func = "merge_effects"
-    out = os.fspath(out)
-    refuse_existing(func, "out", out, overwrite)
-    if not shards:
-        raise parameter_error(func, "shards", "at least one shard table", [])
-    infos = []
-    for shard in shards:
-        path = os.fspath(shard)
-        if not os.path.isfile(path):
-            raise parameter_error(
-                func, "shards", "existing shard tables", path, error=FileNotFoundError
-            )
-        settings = _read_settings(path)
-        if settings is None or "shard" not in settings:
-            raise parameter_error(
-                func, "shards", "tables written with --shard i/n", path, described=True
-            )
-        span = settings["shard"]
-        check_complete(func, path, _rows(path), span, "variant")
-        infos.append((span, settings, path))
-    infos.sort(key=lambda info: info[0]["start"])
-    common = {k: v for k, v in infos[0][1].items() if k not in _PER_SHARD}
-
-    def compared(settings: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in settings.items() if k not in (*_PER_SHARD, "description")}
-
-    for _, settings, path in infos[1:]:
-        check_same_settings(func, (infos[0][2], compared(common)), (path, compared(settings)))
-    check_coverage(func, [(path, span) for span, _, path in infos], infos[0][0]["total"], "variant")
-    paths = [path for _, _, path in infos]
-    text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
-    with open(text, "w") as target:
-        target.write(_settings_line(common))
-        for i, path in enumerate(paths):
-            _copy_lines(path, target, header=i == 0)
-    if _is_parquet(out):
-        to_parquet(text, out, common)
-        os.remove(text)
-    else:
-        os.replace(text, out)
-    _merge_companions(paths, out, overwrite)
-    return Path(out)
-
-
-def _rows(path: str) -> int:
-    if _is_parquet(path):
-        pq = import_optional("pyarrow.parquet")
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    return _complete_lines(path)
-
-
-def _copy_lines(path: str, target: Any, header: bool) -> None:
-    """The header (when asked) and data lines of a shard table, into an open text file."""
-    if _is_parquet(path):
-        pq = import_optional("pyarrow.parquet")
-        reader = pq.ParquetFile(path)
-        if header:
-            target.write("\t".join(reader.schema_arrow.names) + "\n")
-        for batch in reader.iter_batches(batch_size=65536):
-            cols = [c.to_pylist() for c in batch.columns]
-            for row in zip(*cols, strict=True):
-                target.write(
-                    "\t".join(f"{v:.9g}" if isinstance(v, float) else str(v) for v in row) + "\n"
-                )
-        return
-    with open(path) as source:
-        source.readline()
-        names = source.readline()
-        if header:
-            target.write(names)
-        for line in source:
-            target.write(line)
-
-
-def _merge_companions(paths: list[str], out: str, overwrite: bool) -> None:
-    """Attribution tracks (merged as tracks) and the skipped list (the same in every shard)."""
-    from ..io.merge import merge_tracks
-
-    for kind in ("ref", "alt"):
-        tracks = [companion(p, kind) for p in paths]
-        if all(os.path.exists(t) for t in tracks):
-            merge_tracks(tracks, companion(out, kind), overwrite=overwrite)
-    skipped = companion(paths[0], "skipped")
-    if os.path.exists(skipped):
-        with open(skipped) as source, open(companion(out, "skipped"), "w") as target:
-            target.write(source.read())

@@ -1,0 +1,180 @@
+"""Merging the shard tables of one job (``merge_effects``): checked, then joined in order, with
+their attribution tracks and skipped lists; the shards are only read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .._errors import parameter_error, refuse_existing
+from .._optional import import_optional
+from ..shards import check_complete, check_coverage, check_same_settings
+from .table import (
+    _complete_lines,
+    _is_parquet,
+    _read_settings,
+    _settings_line,
+    companion,
+    to_parquet,
+)
+
+#: Settings that differ between the shards of one job.
+_PER_SHARD = ("shard",)
+
+
+def merge_effects(
+    shards: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Join the shard tables of one job (``variant_effects(..., shard=(i, n))``) into one table,
+    and their attribution tracks and skipped lists beside it.
+
+    Refuses shards that are incomplete, written with other settings, or that do not cover every
+    variant exactly once.
+
+    Parameters
+    ----------
+    shards : sequence of paths
+        Every shard table of the job, in any order (TSV or Parquet).
+    out : path
+        The merged table (TSV, or Parquet by its suffix), as if one process had written it.
+    overwrite : bool
+        Replace an existing ``out``.
+
+    Returns
+    -------
+    Path
+    """
+    func = "merge_effects"
+    out = os.fspath(out)
+    refuse_existing(func, "out", out, overwrite)
+    if not shards:
+        raise parameter_error(func, "shards", "at least one shard table", [])
+    infos = []
+    for shard in shards:
+        path = os.fspath(shard)
+        if not os.path.isfile(path):
+            raise parameter_error(
+                func, "shards", "existing shard tables", path, error=FileNotFoundError
+            )
+        settings = _read_settings(path)
+        if settings is None or "shard" not in settings:
+            raise parameter_error(
+                func, "shards", "tables written with --shard i/n", path, described=True
+            )
+        span = settings["shard"]
+        check_complete(func, path, _rows(path), span, "variant")
+        infos.append((span, settings, path))
+    infos.sort(key=lambda info: info[0]["start"])
+    common = {k: v for k, v in infos[0][1].items() if k not in _PER_SHARD}
+
+    def compared(settings: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in settings.items() if k not in (*_PER_SHARD, "description")}
+
+    for _, settings, path in infos[1:]:
+        check_same_settings(func, (infos[0][2], compared(common)), (path, compared(settings)))
+    check_coverage(func, [(path, span) for span, _, path in infos], infos[0][0]["total"], "variant")
+    paths = [path for _, _, path in infos]
+    kinds = _companion_kinds(paths, out, overwrite, func)
+    text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
+    with open(text, "w") as target:
+        target.write(_settings_line(common))
+        for i, path in enumerate(paths):
+            _copy_lines(path, target, header=i == 0)
+    if _is_parquet(out):
+        to_parquet(text, out, common)
+        os.remove(text)
+    else:
+        os.replace(text, out)
+    _merge_companions(paths, out, kinds, overwrite)
+    return Path(out)
+
+
+def _rows(path: str) -> int:
+    if _is_parquet(path):
+        pq = import_optional("pyarrow.parquet")
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    return _complete_lines(path)
+
+
+def _copy_lines(path: str, target: Any, header: bool) -> None:
+    """The header (when asked) and data lines of a shard table, into an open text file."""
+    if _is_parquet(path):
+        pq = import_optional("pyarrow.parquet")
+        reader = pq.ParquetFile(path)
+        if header:
+            target.write("\t".join(reader.schema_arrow.names) + "\n")
+        for batch in reader.iter_batches(batch_size=65536):
+            cols = [c.to_pylist() for c in batch.columns]
+            for row in zip(*cols, strict=True):
+                target.write(
+                    "\t".join(f"{v:.9g}" if isinstance(v, float) else str(v) for v in row) + "\n"
+                )
+        return
+    with open(path) as source:
+        source.readline()
+        names = source.readline()
+        if header:
+            target.write(names)
+        for line in source:
+            if not line.endswith("\n"):
+                break  # a cut last line is no row
+            target.write(line)
+
+
+def _companion_kinds(paths: list[str], out: str, overwrite: bool, func: str) -> list[str]:
+    """The files beside the shards to merge beside ``out``, checked before anything is written.
+
+    Attribution tracks (``ref``, ``alt``) must be beside every shard or beside none; the skipped
+    list (the same in every shard) is taken from the first shard that has one. An existing file
+    beside ``out`` is replaced only with ``overwrite``.
+    """
+    kinds = []
+    for kind in ("ref", "alt", "skipped"):
+        have = [p for p in paths if os.path.exists(companion(p, kind))]
+        if not have:
+            continue
+        lacking = [p for p in paths if p not in have]
+        if kind != "skipped" and lacking:
+            raise parameter_error(
+                func,
+                "shards",
+                f"shards that all have {kind} attribution tracks, or none",
+                f"{companion(have[0], kind)!r} but no {companion(lacking[0], kind)!r}",
+                "Rerun the shards that lack them with the same command: it keeps the table and "
+                "writes the tracks.",
+                described=True,
+            )
+        beside = companion(out, kind)
+        if os.path.exists(beside) and not overwrite:  # named in full: not the path given
+            raise parameter_error(
+                func,
+                "out",
+                f"a path with no {kind} file beside it yet",
+                f"{out!r}, beside which {beside!r} exists",
+                "Pass overwrite=True to replace it, or choose another path.",
+                error=FileExistsError,
+                described=True,
+            )
+        kinds.append(kind)
+    return kinds
+
+
+def _merge_companions(paths: list[str], out: str, kinds: list[str], overwrite: bool) -> None:
+    """Attribution tracks (merged as tracks) and the skipped list (the same in every shard)."""
+    from ..io.merge import merge_tracks
+
+    for kind in kinds:
+        if kind == "skipped":
+            source = next(companion(p, kind) for p in paths if os.path.exists(companion(p, kind)))
+            partial = companion(out, kind) + ".new"
+            shutil.copyfile(source, partial)
+            os.replace(partial, companion(out, kind))
+        else:
+            tracks = [companion(p, kind) for p in paths]
+            merge_tracks(tracks, companion(out, kind), overwrite=overwrite)
