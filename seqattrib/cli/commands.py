@@ -165,10 +165,6 @@ def variants(args: argparse.Namespace) -> str:
     model = load_model(args.model, weights=args.weights)
     framework = model_framework(model)
     shard = args.shard if args.shard is not None else resolve_shard(None)
-    given = {"n_baselines": args.n_baselines, "n_steps": args.n_steps}
-    options = {key: value for key, value in given.items() if value is not None}
-    if args.attributions in ("ig", "eig"):
-        options["random_state"] = args.random_state
     path = variant_effects(
         model,
         args.genome,
@@ -177,7 +173,7 @@ def variants(args: argparse.Namespace) -> str:
         target=args.target,
         score=args.score,
         attributions=args.attributions,
-        attribution_options=options or None,
+        attribution_options=_attribution_options(args) or None,
         layout=args.layout or ("NCL" if framework == "torch" else "NLC"),
         batch_size=args.batch_size,
         max_cpu_sequences=args.max_cpu_sequences,
@@ -190,6 +186,26 @@ def variants(args: argparse.Namespace) -> str:
     )
     print(path)
     return str(path)
+
+
+#: The flags of ``seqattrib variants`` each ``--attributions`` method takes, as its keywords
+#: (as ``explain`` passes them): the others are left out, not passed to a method without them.
+_ATTRIBUTION_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "ig": ("n_steps", "random_state"),
+    "eig": ("n_steps", "n_baselines", "random_state"),
+    "deeplift_shap": ("n_baselines", "random_state"),
+}
+
+
+def _attribution_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``attribution_options`` of ``seqattrib variants``: the keywords of its method.
+
+    ``--random-state`` goes to every method that draws random baselines; ``--n-steps`` and
+    ``--n-baselines`` (when given) only to the methods that take them.
+    """
+    keywords = _ATTRIBUTION_KEYWORDS.get(args.attributions, ())
+    given = {key: getattr(args, key) for key in keywords}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def export(args: argparse.Namespace) -> list[Path]:

@@ -180,7 +180,10 @@ def variants(sub: Any) -> Parser:
         "this method into OUT_STEM.ref.h5 and OUT_STEM.alt.h5 (default: none)",
     )
     p.add_argument(
-        "--n-baselines", type=POSITIVE, help="--attributions eig: baselines (default: 64)"
+        "--n-baselines",
+        type=POSITIVE,
+        help="--attributions eig, deeplift_shap: baselines per window (default: 64 for eig, "
+        "20 for deeplift_shap)",
     )
     p.add_argument(
         "--n-steps",
@@ -191,7 +194,8 @@ def variants(sub: Any) -> Parser:
         "--random-state",
         type=int,
         default=0,
-        help="--attributions eig: seed of the baselines (default: %(default)s)",
+        help="--attributions ig, eig, deeplift_shap: seed of the random baselines "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--layout",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import json
 import os
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -201,31 +202,62 @@ def regions_fingerprint(chrom: Sequence[str] | np.ndarray, start: Any, end: Any)
     return digest.hexdigest()
 
 
+#: Bytes (or characters) of one block of a file or sequence, hashed on its own.
+_BLOCK = 2**24
+
+
+def _block_digests(read: Callable[[int], bytes], size: int) -> list[bytes]:
+    """The digests of blocks ``read(offset)`` of ``_BLOCK`` bytes from 0 to ``size``, on up to 8
+    threads (hashlib releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def digest(offset: int) -> bytes:
+        return _digest_of(read(offset))
+
+    workers = max(1, min(8, os.cpu_count() or 1, -(-size // _BLOCK)))
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(digest, range(0, size, _BLOCK)))
+
+
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
     """A digest of a file's bytes (a genome or FASTA file).
 
     The file is hashed in blocks of 16 MiB on up to 8 threads (hashlib releases the GIL), then
     the block digests are hashed: a few seconds for a 3 GB genome on one core, less on several.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    block = 2**24
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-
-        def digest(offset: int) -> bytes:
-            return bytes(_digest_of(os.pread(fd, block, offset)))
-
-        workers = max(1, min(8, os.cpu_count() or 1, -(-size // block)))
-        with ThreadPoolExecutor(workers) as pool:
-            blocks = list(pool.map(digest, range(0, size, block)))
+        blocks = _block_digests(lambda offset: os.pread(fd, _BLOCK, offset), size)
     finally:
         os.close(fd)
     top = _digest()
     top.update(size.to_bytes(8, "little"))
     for part in blocks:
         top.update(part)
+    return str(top.hexdigest())
+
+
+def sequences_fingerprint(genome: Mapping[Any, Any]) -> str:
+    """A digest of a genome given as a dict of name to sequence (str or bytes): its names,
+    lengths and bases (case included), chromosomes in name order, each sequence hashed once in
+    blocks as ``file_fingerprint`` hashes a file."""
+
+    def reader(sequence: Any) -> Callable[[int], bytes]:
+        def read(offset: int) -> bytes:
+            part = sequence[offset : offset + _BLOCK]
+            if isinstance(part, (bytes, bytearray, memoryview)):
+                return bytes(part)
+            return str(part).encode("utf-8", "surrogatepass")
+
+        return read
+
+    top = _digest()
+    for name in sorted(genome, key=str):
+        sequence = genome[name]
+        top.update(json.dumps([str(name), len(sequence)]).encode("utf-8", "surrogatepass"))
+        for part in _block_digests(reader(sequence), len(sequence)):
+            top.update(part)
     return str(top.hexdigest())
 
 

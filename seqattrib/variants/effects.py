@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,7 @@ from .._errors import SeqAttribWarning, parameter_error
 from ..attribution.job import JobContext, run_job
 from ..attribution.options import SHARED_KEYWORDS, RunOptions, shared_docs
 from ..engine import as_source
-from ..io.fingerprint import file_fingerprint, regions_fingerprint
+from ..io.fingerprint import file_fingerprint, sequences_fingerprint
 from ..io.regions import check_length
 from ..shards import Shard
 from .catalog import Catalog, GenomeText, Skipped, VariantStream, WindowArray, catalog
@@ -135,18 +136,20 @@ class VariantMethod:
 
 
 def _content_fingerprint(variants: Any, records: Any) -> str:
-    """A digest of the variants: the file's bytes, or (a table in memory) its records."""
+    """A digest of the variants: the file's bytes, or (a table in memory) its records.
+
+    A record's chromosome, position, id, REF and ALT alleles all count (a table of other ids
+    at the same positions is another table); each record is one JSON line, so no value can
+    run into the next.
+    """
     if isinstance(variants, (str, os.PathLike)):
         return file_fingerprint(variants)
     digest = hashlib.blake2b(digest_size=16)
     for rec in records():
-        digest.update(f"{rec.chrom}|{rec.pos}|{rec.ref}|{','.join(rec.alts)}\n".encode())
+        line = [rec.chrom, rec.pos, rec.id, rec.ref, list(rec.alts)]
+        digest.update(json.dumps(line, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        digest.update(b"\n")
     return digest.hexdigest()
-
-
-def _sizes_digest(text: Any) -> str:
-    """A genome given as a dict of sequences: a digest of its names and lengths."""
-    return regions_fingerprint(list(text.sizes), list(text.sizes.values()), [0] * len(text.sizes))
 
 
 def _check_scores(score: Any, func: str) -> tuple[str, ...]:
@@ -294,7 +297,9 @@ def variant_effects(
         "variants": describe(variants),
         # what the table's rows were made from, compared on resume and merge
         "variants_fingerprint": _content_fingerprint(variants, records),
-        "genome_fingerprint": file_fingerprint(text.path) if text.path else _sizes_digest(text),
+        "genome_fingerprint": (
+            file_fingerprint(text.path) if text.path else sequences_fingerprint(genome)
+        ),
         "n_alleles": found.n_alleles,
         "n_variants": found.n,
         "genome": text.name,

@@ -12,6 +12,7 @@ from variant_cases import (  # noqa: F401 - the genome fixture
     expected_windows,
     genome_fixture,
     one_hot,
+    other_base,
     predict,
     scored_cases,
     skipped_cases,
@@ -20,6 +21,8 @@ from variant_cases import (  # noqa: F401 - the genome fixture
 )
 
 import seqattrib as sa
+from seqattrib.io.fingerprint import sequences_fingerprint
+from seqattrib.variants import merge_effects, read_effects
 
 FRAMEWORKS = ("torch", "tensorflow")
 LAYOUTS = ("NLC", "NCL")
@@ -175,3 +178,58 @@ def test_bad_arguments(genome, conv_weights, kwargs, match):
     arguments = dict(length=L) | kwargs
     with pytest.raises(ValueError, match=match):
         sa.variant_effects(model, genome, table(scored_cases(genome)), **arguments)
+
+
+def _same_shape(genome):
+    """The genome with one base changed far from every variant: same names and lengths."""
+    seq = genome["chr1"]
+    return {**genome, "chr1": seq[:5] + other_base(seq[5]) + seq[6:]}
+
+
+def _other_ids(columns):
+    return {**columns, "id": [f"rs{i}" for i in range(len(columns["id"]))]}
+
+
+@pytest.mark.parametrize("change", ["genome", "ids"])
+def test_resume_and_merge_refuse_other_inputs(change, tmp_path, genome, conv_weights):
+    """A dict genome of other bases (same names and lengths), or a table of other ids at the
+    same positions, is another input: a rerun does not resume the table, shards do not merge."""
+    model = _model("torch", conv_weights, "NCL")
+    columns = table(scored_cases(genome))
+    other_genome, other_columns = genome, columns
+    if change == "genome":
+        other_genome = _same_shape(genome)
+    else:
+        other_columns = _other_ids(columns)
+    key = "genome_fingerprint" if change == "genome" else "variants_fingerprint"
+    kwargs = dict(length=L, target=0, score="delta")
+    out = tmp_path / "effects.tsv"
+    sa.variant_effects(model, genome, columns, out=out, **kwargs)
+    sa.variant_effects(model, genome, columns, out=out, **kwargs)  # the same inputs resume
+    with pytest.raises(ValueError, match=f"same settings to resume.*{key}"):
+        sa.variant_effects(model, other_genome, other_columns, out=out, **kwargs)
+    shards = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
+    sa.variant_effects(model, genome, columns, out=shards[0], shard=(0, 2), **kwargs)
+    sa.variant_effects(model, other_genome, other_columns, out=shards[1], shard=(1, 2), **kwargs)
+    with pytest.raises(ValueError, match=f"shards of one job.*{key}"):
+        merge_effects(shards, tmp_path / "merged.tsv")
+
+
+def test_dict_genome_fingerprint_is_of_the_bases(genome):
+    digest = sequences_fingerprint(genome)
+    assert sequences_fingerprint(dict(reversed(list(genome.items())))) == digest  # order: no matter
+    assert sequences_fingerprint(_same_shape(genome)) != digest
+    assert sequences_fingerprint({**genome, "chr1": genome["chr1"].lower()}) != digest
+
+
+def test_a_table_without_ids_resumes(tmp_path, genome, conv_weights):
+    model = _model("torch", conv_weights, "NCL")
+    columns = table(scored_cases(genome))
+    del columns["id"]
+    out = tmp_path / "effects.tsv"
+    kwargs = dict(length=L, target=0, score="delta", out=out)
+    sa.variant_effects(model, genome, columns, **kwargs)
+    sa.variant_effects(model, genome, columns, **kwargs)
+    assert set(read_effects(out).columns["id"].tolist()) == {"."}
+    with pytest.raises(ValueError, match="variants_fingerprint"):
+        sa.variant_effects(model, genome, _other_ids(table(scored_cases(genome))), **kwargs)

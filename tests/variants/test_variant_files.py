@@ -170,9 +170,14 @@ def test_a_cut_table_resumes(tmp_path, model, genome, expected):
     with pytest.warns(sa.SeqAttribWarning):
         sa.variant_effects(model, genome, table(_cases(genome)), **kwargs)
     assert out.read_bytes() == full
-    out.write_bytes(full.replace(b"\tv1\t", b"\tvX\t"))
+    # a complete table is a finished job: a rerun neither rewrites nor appends to it (only its
+    # last row is compared, so an edited earlier row stays as it is)
+    modified = full.replace(b"\tv1\t", b"\tvX\t")
+    assert modified != full
+    out.write_bytes(modified)
     with pytest.warns(sa.SeqAttribWarning):
         sa.variant_effects(model, genome, table(_cases(genome)), **kwargs)  # complete: kept
+    assert out.read_bytes() == modified
     lines = full.split(b"\n")
     out.write_bytes(b"\n".join([*lines[:3], lines[3].replace(b"\tv", b"\tw")]) + b"\n")
     with pytest.warns(sa.SeqAttribWarning), pytest.raises(ValueError, match="same variants"):
@@ -344,3 +349,24 @@ def test_plot_ref_vs_alt(tmp_path, model, genome):
     assert main(argv) == 0 and image.stat().st_size > 0
     figure = sa.plot.plot_variant(np.ones((L, 4)), np.ones((L, 4)), offset=1)
     assert len(figure.axes) == 2
+
+
+def test_command_line_passes_each_method_its_own_options(tmp_path, genome, fasta):
+    """--n-steps and --n-baselines reach only the methods that take them (saliency takes
+    neither); --random-state reaches deeplift_shap, whose baselines it draws."""
+    vcf = write_vcf(tmp_path / "calls.vcf", genome, scored_cases(genome))
+    argv = ["variants", "--model", "seqattrib.demo:torch_model", "--genome", str(fasta),
+            "--vcf", str(vcf), "--length", "200", "--quiet", "--score", "delta"]  # fmt: skip
+    out = tmp_path / "saliency.tsv"
+    flags = ["--attributions", "saliency", "--n-steps", "5", "--n-baselines", "3"]
+    assert main([*argv, *flags, "--out", str(out)]) == 0
+    assert read_effects(out).settings["attribution_options"] == {}
+    tracks = {}
+    for seed in (0, 1):
+        out = tmp_path / f"shap{seed}.tsv"
+        flags = ["--attributions", "deeplift_shap", "--n-baselines", "2", "--n-steps", "5"]
+        assert main([*argv, *flags, "--random-state", str(seed), "--out", str(out)]) == 0
+        options = read_effects(out).settings["attribution_options"]
+        assert options == {"n_baselines": 2, "random_state": seed}
+        tracks[seed] = sa.io.read_tracks(tmp_path / f"shap{seed}.ref.h5").attributions
+    assert not np.allclose(tracks[0], tracks[1])
