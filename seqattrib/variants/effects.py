@@ -332,9 +332,9 @@ def _report(found: Catalog, out: str | None, func: str) -> None:
             SeqAttribWarning,
             stacklevel=3,
         )
-    if out is not None:
-        write_skipped(companion(out, "skipped"), found.skipped)
     if found.n == 0:
+        if out is not None:  # no table to write: the list says why (else the writer writes it)
+            write_skipped(companion(out, "skipped"), found.skipped)
         raise parameter_error(
             func,
             "variants",

@@ -174,6 +174,8 @@ class EffectsWriter:
         self._lock = held
         try:
             self._open(overwrite)
+            # the variants the catalog left out, beside the table, written under its lock
+            write_skipped(companion(path, "skipped"), stream.catalog.skipped)
         except BaseException:
             self._give_up()
             raise

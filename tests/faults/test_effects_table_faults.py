@@ -83,10 +83,13 @@ def test_a_second_writer_is_refused_and_the_first_finishes_as_if_alone(
         if seen:
             return
         seen["during"] = out.read_bytes()
+        skipped = tmp_path / "effects.skipped.tsv"
+        seen["skipped"] = os.stat(skipped).st_ino if skipped.exists() else None
         with pytest.raises(BlockingIOError) as info:
             sa.variant_effects(model, GENOME, VARIANTS, out=out, overwrite=overwrite, **KWARGS)
         seen["error"] = str(info.value)
         seen["after"] = out.read_bytes()
+        seen["skipped after"] = os.stat(skipped).st_ino if skipped.exists() else None
 
     monkeypatch.setattr(effects_table.EffectsWriter, "write", write_then_second_run)
     sa.variant_effects(model, GENOME, VARIANTS, out=out, **KWARGS)
@@ -95,6 +98,8 @@ def test_a_second_writer_is_refused_and_the_first_finishes_as_if_alone(
     assert f"{str(out)!r}, which pid {os.getpid()} on host {socket.gethostname()}" in message
     assert "Wait for that run to end or stop it" in message
     assert seen["after"] == seen["during"]  # the refused run wrote nothing
+    assert seen["skipped"] is not None  # ... not even the skipped list beside the table
+    assert seen["skipped after"] == seen["skipped"]
     assert 0 < seen["during"].count(b"\n") - 2 < len(VARIANTS["pos"])
     assert out.read_bytes() == alone.read_bytes()
     assert leftovers(tmp_path) == []
