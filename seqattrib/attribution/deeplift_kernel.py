@@ -65,7 +65,6 @@ class DeepLiftKernel:
         # alphabet axis of a (R, K, *row) multiplier tensor
         self.alphabet_axis = -1 if alphabet_axis == -1 else 2
         self.alphabet_size = row_shape[-1] if alphabet_axis == -1 else row_shape[0]
-        self.baselines = baselines
         self.rows_per_sequence = baselines.n_baselines
         self.weight = 1.0 / baselines.n_baselines
         self.multiply_by_inputs = multiply_by_inputs
@@ -136,7 +135,7 @@ class DeepLiftKernel:
                 self.model,
                 inputs,
                 references,
-                segment_ids,
+                segment,  # the host's copy: the pairing is read on the host
                 self.targets,
                 self.head,
                 self.vectorised,

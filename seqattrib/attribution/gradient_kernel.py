@@ -50,7 +50,6 @@ class GradientKernel:
         self.row_shape = row_shape
         # alphabet axis of a (R, K, *row) gradient tensor
         self.grad_alphabet_axis = -1 if alphabet_axis == -1 else 2
-        self.baselines = baselines
         n_b = baselines.n_baselines
         self.n_baselines = n_b
         self.n_steps = len(alphas)

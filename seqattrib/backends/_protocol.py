@@ -415,7 +415,7 @@ class RescaleGradients(Protocol):
         model: Any,
         inputs: Tensor,
         references: Tensor,
-        index: Tensor,
+        index: np.ndarray,
         targets: Sequence[int],
         head: Head,
         vectorised: bool,
@@ -424,11 +424,15 @@ class RescaleGradients(Protocol):
         """The rescale-rule multipliers of K selected outputs of ``head(model(.))``; ``extras``
         are the model's other inputs for the rows of ``inputs`` and of ``references``.
 
-        ``inputs`` (n, *row), ``references`` (R, *row), ``index`` (R,) int64 rows of
-        ``inputs``. Returns the selected outputs of the inputs (n, K) and of the references
-        (R, K), and the multipliers (R, K, *row): for every reference row and target, the
-        modified gradient with respect to the input, so that f(x) - f(r) = sum of
-        (x - r) * multipliers when every nonlinearity is covered.
+        ``inputs`` (n, *row), ``references`` (R, *row) device tensors; ``index`` (R,) the
+        row of ``inputs`` of each reference, a host (numpy) integer array, so that a backend
+        reads the pairing without a copy back from the device (it copies ``index`` to the
+        device where its rules need it there). ``vectorised``: the K backward passes as one
+        batched backward, as for ``input_gradients`` (the TensorFlow backend ignores it: its
+        K passes are parts of one compiled graph). Returns the selected outputs of the inputs
+        (n, K) and of the references (R, K), and the multipliers (R, K, *row): for every
+        reference row and target, the modified gradient with respect to the input, so that
+        f(x) - f(r) = sum of (x - r) * multipliers when every nonlinearity is covered.
         """
 
 

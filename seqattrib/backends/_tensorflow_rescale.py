@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
@@ -372,26 +373,24 @@ class TensorFlowRescaleGradients:
             with _paired(pairing):
                 batch, out = _paired_pass(model, head, inputs, references, pairing, (more, tiled))
                 tf.gradients(tf.reduce_sum(out[1:]), batch)
-            found.update(pairing=pairing, out=out)
+            found.update(pairing=pairing, batch=batch, out=out)
             return out
 
         spec = tf.TensorSpec((1, *x.shape[1:]), x.dtype)
         refs = tf.TensorSpec((_PROBE_ROWS - 1, *x.shape[1:]), x.dtype)
         with _wrapped_activations(model):
             traced = tf.function(probe).get_concrete_function(spec, refs)
-        # the probe's batch: the concatenation of its two inputs
-        batch = next(op for op in traced.graph.get_operations() if op.type == "ConcatV2")
-        return _read_graph(traced.graph, batch.outputs[0], found["out"], found["pairing"])
+        return _read_graph(traced.graph, found["batch"], found["out"], found["pairing"])
 
     def rescale_gradients(
         self,
         model: Any,
         inputs: tf.Tensor,
         references: tf.Tensor,
-        index: tf.Tensor,
+        index: np.ndarray,
         targets: Sequence[int],
         head: Head,
-        vectorised: bool,
+        vectorised: bool,  # ignored: the K passes are parts of one compiled graph
         extras: tuple[Sequence[tf.Tensor], Sequence[tf.Tensor]] = ((), ()),
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         fns = self._functions(model, head)
@@ -404,7 +403,7 @@ class TensorFlowRescaleGradients:
                 return fns[key](
                     inputs,
                     references,
-                    tf.cast(index, tf.int32),
+                    tf.constant(np.asarray(index, np.int32)),
                     selected,
                     tuple(map(tuple, extras)),
                 )
@@ -413,7 +412,7 @@ class TensorFlowRescaleGradients:
 
 
 def _rescale_function(model: Any, head: Head, k: int) -> Callable[..., Any]:
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def rescale_fn(
         inputs: tf.Tensor,
         references: tf.Tensor,

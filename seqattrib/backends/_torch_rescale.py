@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -53,7 +54,7 @@ class _Record:
     name: str
     z: torch.Tensor
     y: torch.Tensor
-    returns_tuple: bool  # (values, indices) of a max
+    tuple_type: type | None  # the type of a (values, indices) result of a max; None: a tensor
     indices: torch.Tensor | None = None  # where a max pooling's maxima are
 
 
@@ -74,15 +75,25 @@ def _pool(name: str, z: torch.Tensor, rest: tuple[Any, ...], kwargs: Any) -> Any
     return _WITH_INDICES[name](z, *rest, **kwargs)
 
 
+def _pool_returns_indices(func: Any, name: str) -> bool:
+    """Whether the max pooling ``func`` returns (values, indices) rather than the values: the
+    ``*_with_indices`` functions, and the adaptive poolings of ``torch`` and ``torch._C._nn``
+    (those of ``torch.nn.functional`` return the values unless asked for the indices, which
+    they then hand to their ``*_with_indices`` function)."""
+    if name.endswith("_with_indices"):
+        return True
+    return name.startswith("adaptive_") and getattr(func, "__module__", "") != F.__name__
+
+
 class _Pairs:
     """Which input row each reference row is compared with (``index``), as runs of rows: the
     engine lists a sequence's references together, so an input row is broadcast over its run
     instead of gathered into a copy. Also two scratch buffers per shape, reused by every
     layer's backward pass (fresh large tensors cost page faults on CPUs)."""
 
-    def __init__(self, index: torch.Tensor, keep_multipliers: bool) -> None:
-        self.index = index
-        ids = index.tolist()
+    def __init__(self, index: np.ndarray, on_device: torch.Tensor, keep_multipliers: bool) -> None:
+        self.index = on_device  # ``index`` on the device
+        ids = np.asarray(index).tolist()  # the host's copy: no transfer back from the device
         self.runs: list[tuple[int, int, int]] = []
         for row, i in enumerate(ids):
             if self.runs and self.runs[-1][0] == i:
@@ -157,15 +168,22 @@ class _Rescale(torch.autograd.Function):
             pairs.difference(z, record.z, dz)
             pairs.difference(y, record.y, secant)
             secant.div_(dz)
+            # On a CPU, reading whether any position needs the gradient costs nothing and
+            # spares most layers its pass; on an accelerator it would wait for the device:
+            # there the gradient is taken everywhere and kept where needed.
+            on_cpu = z.device.type == "cpu"
             if record.name in _EXACT:
-                fix = torch.isnan(secant) if bool(torch.isnan(secant.sum())) else None
+                nan = not on_cpu or bool(torch.isnan(secant.sum()))
+                fix = torch.isnan(secant) if nan else None
             else:
                 small = dz.abs_() < RESCALE_EPS
-                fix = small if bool(small.any()) else None
-            if fix is not None:  # a few positions: the gradient of f there
+                fix = small if not on_cpu or bool(small.any()) else None
+            if fix is not None and on_cpu:  # a few positions: the gradient of f there
                 rows = fix.flatten(1).any(1).nonzero().flatten()
                 slope = _slopes(func, z.index_select(0, rows), rest, kwargs)
                 secant[rows] = torch.where(fix[rows], slope, secant[rows])
+            elif fix is not None:
+                secant = torch.where(fix, _slopes(func, z, rest, kwargs), secant)
             multiplier = secant
             if pairs.keep_multipliers:
                 ctx.multiplier = multiplier
@@ -178,7 +196,8 @@ class _PoolRule(torch.autograd.Function):
     the upstream gradient times max(y_x - y, 0) / (z_x - z) goes to the input's maximum and
     times min(y_x - y, 0) / (z_x - z) to the reference's, z_x - z read at that position (the
     plain gradient to the input's maximum where z_x == z there, nothing to the reference's).
-    Everything but the final scatter works on pooled-size tensors."""
+    Everything but the final scatter works on pooled-size tensors. The forward pass returns
+    the indices of the references' maxima too (not differentiable)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -189,14 +208,15 @@ class _PoolRule(torch.autograd.Function):
         func: Callable[..., Any],
         rest: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         y, indices = _pool(record.name, z, rest, kwargs)
         ctx.save_for_backward(z, y, indices)
+        ctx.mark_non_differentiable(indices)
         ctx.rule = (record, pairs)
-        return y
+        return y, indices
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor, _: Any) -> tuple[Any, ...]:  # type: ignore[override]
         z, y, at_reference = (t.flatten(2) for t in ctx.saved_tensors)
         record, pairs = ctx.rule
         index = pairs.index
@@ -229,7 +249,8 @@ class _MaxRule(torch.autograd.Function):
     """``func(z)`` forward (values of a max pooling or reduction); backward: DeepLIFT's max
     rule. With c_x = max(y_x - y, 0) and c_r = min(y_x - y, 0) per output, the upstream
     gradient times c_x is routed to the input's maxima and times c_r to the reference's, and
-    the sum is divided by z_x - z; where z == z_x, the input's routing of the gradient."""
+    the sum is divided by z_x - z; where z == z_x, the input's routing of the gradient. The
+    forward pass returns the indices of a (values, indices) result too (not differentiable)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -240,17 +261,21 @@ class _MaxRule(torch.autograd.Function):
         func: Callable[..., Any],
         rest: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> torch.Tensor:
-        y = _values(func(z, *rest, **kwargs))
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        out = func(z, *rest, **kwargs)
+        y = _values(out)
         index = pairs.index
         ctx.save_for_backward(
             z, record.z.index_select(0, index), y, record.y.index_select(0, index)
         )
         ctx.call = (func, rest, kwargs)
-        return y
+        if y is out:
+            return y
+        ctx.mark_non_differentiable(*out[1:])
+        return (y, *out[1:])
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> tuple[Any, ...]:  # type: ignore[override]
         z, z_x, y, y_x = ctx.saved_tensors
         func, rest, kwargs = ctx.call
         gap = y_x - y
@@ -265,7 +290,8 @@ class _MaxRule(torch.autograd.Function):
             (to_reference,) = torch.autograd.grad(y_ref, ref, grad * gap.clamp_max(0.0))
             dz = z_x - z  # the input's change, as the routed output changes
             unchanged = dz == 0
-            if bool(unchanged.any()):
+            # (no host read of ``unchanged`` on an accelerator: it would wait for the device)
+            if dz.device.type != "cpu" or bool(unchanged.any()):
                 (plain,) = torch.autograd.grad(y_inp, inp, grad)
                 routed = torch.where(
                     unchanged, plain, (to_input + to_reference) / dz.masked_fill(unchanged, 1.0)
@@ -291,15 +317,18 @@ class _RecordInputs(TorchFunctionMode):
         call = describe_call(func, kwargs)
         if rule_kind(call, args) == "other":
             return func(*args, **kwargs)
-        if call.name in _WITH_INDICES:
+        if call.name in _WITH_INDICES:  # one pooling, with the indices the rule needs
             values, indices = _pool(call.name, args[0], tuple(args[1:]), kwargs)
-            out = func(*args, **kwargs)
-            returns_tuple = not isinstance(out, torch.Tensor)
-            self.records.append(_Record(call.name, args[0].clone(), values, returns_tuple, indices))
-            return out
+            tuple_type = tuple if _pool_returns_indices(func, call.name) else None
+            kept = indices.clone() if tuple_type else indices
+            self.records.append(
+                _Record(call.name, args[0].clone(), values.clone(), tuple_type, kept)
+            )
+            return (values, indices) if tuple_type else values
         out = func(*args, **kwargs)
         values = _values(out)
-        self.records.append(_Record(call.name, args[0].clone(), values.clone(), values is not out))
+        tuple_type = None if values is out else type(out)
+        self.records.append(_Record(call.name, args[0].clone(), values.clone(), tuple_type))
         return out
 
 
@@ -338,12 +367,10 @@ class _ApplyRules(TorchFunctionMode):
         rule: type[torch.autograd.Function] = _Rescale if kind == "rescale" else _MaxRule
         if call.name in _WITH_INDICES:
             rule = _PoolRule
-        values = rule.apply(z, record, self.pairs, func, tuple(args[1:]), kwargs)
-        if record.returns_tuple:  # (values, indices): the indices of a plain call
-            with torch.no_grad():
-                out = func(*args, **kwargs)
-            return type(out)((values, *out[1:]))
-        return values
+        out = rule.apply(z, record, self.pairs, func, tuple(args[1:]), kwargs)
+        if record.tuple_type is not None:  # (values, indices), as the call returns them
+            return record.tuple_type(out)
+        return _values(out)  # a pooling rule also returns the indices
 
 
 def _different_calls(k: int, name: str, records: list[_Record]) -> RescaleUnsupported:
@@ -359,6 +386,8 @@ def _different_calls(k: int, name: str, records: list[_Record]) -> RescaleUnsupp
 # --------------------------------------------------------------------------- the capability
 class TorchRescaleGradients:
     """Rescale-rule multipliers of torch modules (also Keras 3 models on the torch backend)."""
+
+    asarray: Callable[..., torch.Tensor]  # the backend's copy of a host array to the device
 
     def rescale_layers(
         self, model: Any, x: torch.Tensor, head: Head, extras: Sequence[torch.Tensor] = ()
@@ -388,7 +417,7 @@ class TorchRescaleGradients:
         model: Any,
         inputs: torch.Tensor,
         references: torch.Tensor,
-        index: torch.Tensor,
+        index: np.ndarray,
         targets: Sequence[int],
         head: Head,
         vectorised: bool,
@@ -403,7 +432,8 @@ class TorchRescaleGradients:
             with torch.no_grad(), recorder:
                 input_outputs = head(model(inputs, *input_extras))[:, selection].float()
             refs = references.detach().requires_grad_(True)
-            pairs = _Pairs(index, keep_multipliers=len(selection) > 1 and not vectorised)
+            keep = len(selection) > 1 and not vectorised
+            pairs = _Pairs(index, self.asarray(index, "int64"), keep_multipliers=keep)
             rules = _ApplyRules(recorder.records, pairs, refs.shape[0])
             with torch.enable_grad():
                 with rules:

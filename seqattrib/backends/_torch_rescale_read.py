@@ -24,8 +24,9 @@ _RESCALE = frozenset(
 #: Max pooling and max reductions: DeepLIFT's max rule.
 _MAX = frozenset(
     """max_pool1d max_pool2d max_pool3d max_pool1d_with_indices max_pool2d_with_indices
-    max_pool3d_with_indices adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d amax
-    max""".split()
+    max_pool3d_with_indices adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d
+    adaptive_max_pool1d_with_indices adaptive_max_pool2d_with_indices
+    adaptive_max_pool3d_with_indices amax max""".split()
 )
 _SOFTMAX = frozenset("softmax log_softmax softmin gumbel_softmax".split())
 _SOFTMAX_FIX = (

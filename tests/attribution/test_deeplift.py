@@ -97,7 +97,7 @@ def test_hypothetical_scores_are_combine_mult_and_diffref(framework, conv_weight
             model,
             be.asarray(X),
             be.asarray(refs.reshape(-1, LENGTH, 4)),
-            be.asarray(np.repeat(np.arange(3), 4), "int64"),
+            np.repeat(np.arange(3), 4),
             [1, 2],
             Head(),
             False,
@@ -419,7 +419,7 @@ def test_profile_heads_through_output_fn():
 
 
 @pytest.mark.parametrize("kind", ["bpnet", "crested"])
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", ["torch"])  # TensorFlow ignores the flag (one graph)
 def test_vectorised_backward_equals_sequential_passes(kind, framework, monkeypatch):
     """Accelerators run the K backward passes as one vectorised pass, CPUs one by one."""
     from seqattrib.engine import outputs

@@ -33,7 +33,7 @@ def _rescale(model, X, refs, index, targets=(0,), head=None):
             model,
             be.asarray(X),
             be.asarray(refs),
-            be.asarray(np.asarray(index), "int64"),
+            np.asarray(index, np.int64),
             list(targets),
             head or Head(),
             False,
@@ -134,6 +134,45 @@ def test_max_pooling_takes_the_max_rule(framework):
         # summation to delta
         diff = out_x[i, 0] - out_r[r, 0]
         assert abs(float(((X[i] - refs[r]) * m[r, 0]).sum()) - diff) <= 1e-5 * max(1, abs(diff))
+
+
+def test_torch_max_calls_return_what_they_return_without_the_rules():
+    """Each call form of a max pooling or reduction returns its values, or (values, indices),
+    as it does without the rules (the passes build that result from one pooling)."""
+
+    class Forms(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(4, 3, 3, padding=1)
+            self.pool = torch.nn.MaxPool1d(2, return_indices=True)
+
+        def forward(self, x):
+            h = self.conv(x.transpose(1, 2))  # (batch, 3, L)
+            a = F.max_pool1d(torch.relu(h), 2) + torch.max_pool1d(torch.tanh(h), 2)
+            b, at_b = self.pool(torch.sigmoid(h))
+            c, at_c = F.max_pool1d(F.softplus(h), 2, return_indices=True)
+            d, at_d = torch.adaptive_max_pool1d(F.elu(h), L // 2)
+            e = F.adaptive_max_pool1d(F.gelu(h), L // 2)
+            f = F.max_pool2d(torch.relu(h)[:, :, None], (1, 2))[:, :, 0]
+            k, at_k = F.adaptive_max_pool1d(torch.tanh(h), L // 2, return_indices=True)
+            at = (at_b + at_c + at_d + at_k).float()  # indices: read, not differentiated
+            g = a + b + c + d + e + f + k + 0.0 * at
+            top = torch.max(g, dim=-1)
+            return top.values + g.amax(-1) + 0.0 * top.indices.float()
+
+    torch.manual_seed(0)
+    model = Forms().eval()
+    X = random_one_hot(2, L, seed=8)
+    refs = np.concatenate([random_one_hot(3, L, seed=9), X[1:2]])
+    index = [0, 0, 1, 1]
+    out_x, out_r, m = _rescale(model, X, refs, index, targets=(0, 2))
+    with torch.no_grad():
+        assert_close(out_x, model(torch.from_numpy(X)).numpy()[:, [0, 2]], CLOSED_FORM)
+        assert_close(out_r, model(torch.from_numpy(refs)).numpy()[:, [0, 2]], CLOSED_FORM)
+    for r, i in enumerate(index):  # summation to delta
+        diff = out_x[i] - out_r[r]
+        summed = ((X[i] - refs[r])[None] * m[r]).sum(axis=(1, 2))
+        assert np.all(np.abs(summed - diff) <= 1e-5 * np.maximum(1, np.abs(diff)))
 
 
 # --------------------------------------------------------------------------- finding them
