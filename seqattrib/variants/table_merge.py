@@ -11,6 +11,7 @@ from typing import Any
 
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
+from ..io.lock import acquire
 from ..shards import check_complete, check_coverage, check_same_settings
 from .table import (
     _complete_lines,
@@ -81,17 +82,25 @@ def merge_effects(
     check_coverage(func, [(path, span) for span, _, path in infos], infos[0][0]["total"], "variant")
     paths = [path for _, _, path in infos]
     kinds = _companion_kinds(paths, out, overwrite, func)
-    text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
-    with open(text, "w") as target:
-        target.write(_settings_line(common))
-        for i, path in enumerate(paths):
-            _copy_lines(path, target, header=i == 0)
-    if _is_parquet(out):
-        to_parquet(text, out, common)
-        os.remove(text)
-    else:
-        os.replace(text, out)
-    _merge_companions(paths, out, kinds, overwrite)
+    held = acquire(out, func, "out")  # one writer of the merged table, as of every table
+    if held is None:
+        raise parameter_error(
+            func, "out", "a path in a folder this process can write to", out, error=PermissionError
+        )
+    try:
+        text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
+        with open(text, "w") as target:
+            target.write(_settings_line(common))
+            for i, path in enumerate(paths):
+                _copy_lines(path, target, header=i == 0)
+        if _is_parquet(out):
+            to_parquet(text, out, common)
+            os.remove(text)
+        else:
+            os.replace(text, out)
+        _merge_companions(paths, out, kinds, overwrite)
+    finally:
+        held.release()
     return Path(out)
 
 

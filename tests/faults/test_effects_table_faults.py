@@ -20,6 +20,7 @@ from _faults import leftovers, tmpfs_mounts
 from conftest import make_model
 
 import seqattrib as sa
+from seqattrib.io.lock import acquire
 from seqattrib.shards import shard_path
 from seqattrib.variants import merge_effects, read_effects
 from seqattrib.variants import table as effects_table
@@ -262,3 +263,17 @@ def test_merge_replaces_files_beside_out_only_with_overwrite(tmp_path, shards, k
     merge_effects(paths, out, overwrite=True)
     assert beside.read_bytes() != b"keep me\n"
     assert read_effects(out).columns["pos"].tolist() == VARIANTS["pos"]
+
+
+def test_merge_is_refused_while_another_run_writes_out(tmp_path, shards):
+    paths = _copy(shards, tmp_path / "shards")
+    out = tmp_path / "merged.tsv"
+    held = acquire(str(out), "variant_effects")
+    try:
+        with pytest.raises(BlockingIOError, match="no other process is writing"):
+            merge_effects(paths, out)
+    finally:
+        held.release()
+    assert not out.exists()
+    merge_effects(paths, out)  # once the other run is done
+    assert out.exists()
