@@ -76,7 +76,8 @@ results = []
 for seed in range({seeds}):
     for name in ("SIGKILL", "SIGTERM"):
         rng = random.Random(seed)
-        when = "created" if seed % 5 == 0 else (0.0 if seed % 5 == 1 else rng.uniform(0, whole))
+        middle = rng.uniform(0.1 * whole, 0.9 * whole)
+        when = "created" if seed % 5 == 0 else (0.0 if seed % 5 == 1 else middle)
         path = f"{{folder}}/{{name}}-{{seed}}.h5"
         pid = launch(path, when)
         os.kill(pid, getattr(signal, name))
@@ -117,7 +118,7 @@ def X():
 
 def _check_killed_then_resume(model, X, report, batch_size, exact):
     reference = sa.expected_integrated_gradients(model, X, batch_size=batch_size, **KWARGS)
-    terminated = 0
+    terminated = midway = 0
     for result in report["results"]:
         path = Path(result["path"])
         status, name = result["status"], result["signal"]
@@ -134,6 +135,7 @@ def _check_killed_then_resume(model, X, report, batch_size, exact):
             done = partial.attrs["n_completed"]
             assert partial.attributions.shape[0] == done
             np.testing.assert_array_equal(partial.attributions, reference[:done])
+            midway += 0 < done < N
         resumed = sa.expected_integrated_gradients(
             model, X, batch_size=batch_size, out=path, **KWARGS
         )
@@ -145,7 +147,7 @@ def _check_killed_then_resume(model, X, report, batch_size, exact):
             assert_close(tracks.attributions, reference, FLOAT32)
         stderr.unlink(missing_ok=True)
         assert leftovers(path.parent, path.name) == [], result
-    return terminated
+    return terminated, midway
 
 
 @pytest.mark.slow
@@ -154,14 +156,16 @@ def test_kills_at_random_points_then_rerun_equals_an_uninterrupted_run_bit_for_b
 ):
     report = _kill_many(tmp_path, ALIGNED, seeds=24)
     assert len(report["results"]) == 48
-    terminated = _check_killed_then_resume(model, X, report, ALIGNED, exact=True)
+    terminated, midway = _check_killed_then_resume(model, X, report, ALIGNED, exact=True)
     assert terminated >= 5, "SIGTERM never reached a running writer"
+    assert midway >= 1, "no kill landed between the first and the last row"
 
 
 @pytest.mark.slow
 def test_kills_with_batches_across_sequences_resume_within_rounding(model, X, tmp_path):
     report = _kill_many(tmp_path, MISALIGNED, seeds=6)
-    _check_killed_then_resume(model, X, report, MISALIGNED, exact=False)
+    _, midway = _check_killed_then_resume(model, X, report, MISALIGNED, exact=False)
+    assert midway >= 1, "no kill landed between the first and the last row"
 
 
 KILL_DURING_CREATION = """
