@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,3 +78,14 @@ def resolve_seed(random_state: Any, func: str) -> int:
         random_state,
         error=TypeError,
     )
+
+
+def first_difference(
+    old: Mapping[str, Any], new: Mapping[str, Any], ignore: tuple[str, ...] = ()
+) -> str | None:
+    """The first key, in sorted order, whose values in ``old`` and ``new`` differ (a key missing
+    from one reads None), leaving out ``ignore``; None when they agree."""
+    for key in sorted(set(old) | set(new)):
+        if key not in ignore and old.get(key) != new.get(key):
+            return key
+    return None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import parameter_error
+from ._validation import first_difference
 
 
 @dataclass(frozen=True)
@@ -117,16 +118,16 @@ def check_same_settings(
     """Refuse two shards, each (path, settings that every shard of a job shares), whose
     settings differ, naming the first difference."""
     (first_path, first_settings), (path, settings) = first, other
-    for key in sorted(set(first_settings) | set(settings)):
-        if first_settings.get(key) != settings.get(key):
-            raise parameter_error(
-                func,
-                "shards",
-                "shards of one job (same settings)",
-                f"{path} with {key}={settings.get(key)!r} but "
-                f"{first_path} with {first_settings.get(key)!r}",
-                described=True,
-            )
+    key = first_difference(first_settings, settings)
+    if key is not None:
+        raise parameter_error(
+            func,
+            "shards",
+            "shards of one job (same settings)",
+            f"{path} with {key}={settings.get(key)!r} but "
+            f"{first_path} with {first_settings.get(key)!r}",
+            described=True,
+        )
 
 
 def check_coverage(

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
+from .._validation import first_difference
 from ..shards import check_complete, check_coverage, check_same_settings
 from ._hdf5 import LIBVER, abandon, failure
 from .fingerprint import regions_fingerprint
@@ -77,16 +78,16 @@ def _same_job(first: dict[str, Any], info: dict[str, Any]) -> None:
                 fix,
                 described=True,
             )
-    for key in sorted(set(first["provenance"]) | set(info["provenance"])):
-        if first["provenance"].get(key) != info["provenance"].get(key):
-            raise parameter_error(
-                func,
-                "shards",
-                f"shards of one job (same {key})",
-                f"{info['path']} made from another {key} than {first['path']}",
-                fix,
-                described=True,
-            )
+    differs = first_difference(first["provenance"], info["provenance"])
+    if differs is not None:
+        raise parameter_error(
+            func,
+            "shards",
+            f"shards of one job (same {differs})",
+            f"{info['path']} made from another {differs} than {first['path']}",
+            fix,
+            described=True,
+        )
     check_same_settings(func, (first["path"], first["common"]), (info["path"], info["common"]))
     if info["seed"] != first["seed"]:
         raise parameter_error(

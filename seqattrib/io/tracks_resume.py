@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
+from .._validation import first_difference
 from ..engine.source import SequenceSource
 from .fingerprint import row_hashes
 from .tracks_format import FORMAT, READABLE_FORMATS, TrackRegions, check_tracks, decode_strings
@@ -60,14 +61,14 @@ def inspect(
             )
         done = check_tracks(f, path, func, "out")
         stored = json.loads(f.attrs["settings"])
-        for key in sorted(set(stored) | set(identity.settings)):
-            if stored.get(key) != identity.settings.get(key):
-                raise refuse(
-                    func,
-                    path,
-                    f"written with {key}={stored.get(key)!r} (now {identity.settings.get(key)!r})",
-                    "a new path, or a file written with the same settings to resume",
-                )
+        key = first_difference(stored, identity.settings)
+        if key is not None:
+            raise refuse(
+                func,
+                path,
+                f"written with {key}={stored.get(key)!r} (now {identity.settings.get(key)!r})",
+                "a new path, or a file written with the same settings to resume",
+            )
         if f.attrs["format"] != FORMAT:
             raise refuse(
                 func,
@@ -88,12 +89,12 @@ def inspect(
                 func, path, f"written with output_fn {output_fn} (now {identity.output_fn})"
             )
         provenance = json.loads(f.attrs["provenance"])
-        for key in sorted(set(provenance) | set(identity.provenance)):
+        key = first_difference(provenance, identity.provenance)
+        if key is not None:
             was, now = provenance.get(key), identity.provenance.get(key)
-            if was != now:
-                raise refuse(
-                    func, path, f"written from another {key} ({_short(was)}, now {_short(now)})"
-                )
+            raise refuse(
+                func, path, f"written from another {key} ({_short(was)}, now {_short(now)})"
+            )
         _check_regions(f, path, func, identity.regions)
         _check_rows(f, path, func, source, done)
         return done, int(f.attrs["seed"])

@@ -22,6 +22,7 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._optional import import_optional
+from .._validation import first_difference
 from ..io import lock as _lock
 from ..io.tracks import _write_error
 from .catalog import Skipped, VariantStream
@@ -256,16 +257,16 @@ class EffectsWriter:
                 described=True,
             )
         current = json.loads(json.dumps(self.settings, sort_keys=True, default=str))
-        for key in sorted(set(stored) | set(current)):
-            if key != "description" and stored.get(key) != current.get(key):
-                raise parameter_error(
-                    self.func,
-                    "out",
-                    "a new path, or a table written with the same settings to resume",
-                    f"{path!r}, written with {key}={stored.get(key)!r} (now {current.get(key)!r})",
-                    fix,
-                    described=True,
-                )
+        key = first_difference(stored, current, ignore=("description",))
+        if key is not None:
+            raise parameter_error(
+                self.func,
+                "out",
+                "a new path, or a table written with the same settings to resume",
+                f"{path!r}, written with {key}={stored.get(key)!r} (now {current.get(key)!r})",
+                fix,
+                described=True,
+            )
 
     def _check_rows(self) -> None:
         """The last written line names the variant of its row (same input, same order)."""
