@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -13,6 +12,7 @@ import torch
 
 from .._errors import parameter_error
 from ._protocol import Head, OutOfDeviceMemory, TransferStats
+from ._torch_grad import target_gradients
 from ._torch_params import TorchParameterGradients
 from ._torch_rescale import TorchRescaleGradients
 from ._torch_windows import TorchWindowedForward
@@ -265,33 +265,7 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
             x = x.detach().requires_grad_(True)
             with torch.enable_grad():
                 selected = head(model(x, *extras))[:, list(targets)]
-                if len(targets) == 1:
-                    (grad,) = torch.autograd.grad(selected.sum(), x)
-                    grads = grad.unsqueeze(1)
-                else:
-                    grads = _backward(selected, x, len(targets), vectorised)
+                grads = target_gradients(selected, x, vectorised)
             return selected.detach().float(), grads
         except torch.OutOfMemoryError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
-
-
-def _backward(selected: torch.Tensor, x: torch.Tensor, k: int, vectorised: bool) -> torch.Tensor:
-    """K vector-Jacobian products from one graph (one forward pass for all K): one vmapped
-    backward over K x rows, or K passes one after another (also for a layer without a vmap
-    rule)."""
-    if vectorised:
-        eye = torch.eye(k, dtype=selected.dtype, device=selected.device)
-        basis = eye[:, None, :].expand(k, selected.shape[0], k)
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*[Bb]atching rule.*")
-                (grads,) = torch.autograd.grad(
-                    selected, x, grad_outputs=basis, is_grads_batched=True, retain_graph=True
-                )
-            return grads.movedim(0, 1)
-        except RuntimeError:
-            pass
-    grads = torch.stack(
-        [torch.autograd.grad(selected[:, i].sum(), x, retain_graph=i < k - 1)[0] for i in range(k)]
-    )
-    return grads.movedim(0, 1)

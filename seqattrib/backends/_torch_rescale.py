@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ._protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
+from ._torch_grad import target_gradients
 from ._torch_rescale_read import ModelReader, describe_call, module_names, refuse_hidden, rule_kind
 
 
@@ -423,7 +424,6 @@ class TorchRescaleGradients:
         vectorised: bool,
         extras: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]] = ((), ()),
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        from ._torch import _backward
 
         selection = list(targets)
         input_extras, reference_extras = extras
@@ -440,11 +440,7 @@ class TorchRescaleGradients:
                     selected = head(model(refs, *reference_extras))[:, selection]
                 if rules.count != len(recorder.records):
                     raise _different_calls(rules.count, "nothing more", recorder.records)
-                if len(selection) == 1:
-                    (grad,) = torch.autograd.grad(selected.sum(), refs)
-                    multipliers = grad.unsqueeze(1)
-                else:
-                    multipliers = _backward(selected, refs, len(selection), vectorised)
+                multipliers = target_gradients(selected, refs, vectorised)
             return input_outputs, selected.detach().float(), multipliers
         except torch.OutOfMemoryError as exc:
             raise OutOfDeviceMemory(str(exc)) from exc
