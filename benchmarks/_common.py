@@ -206,3 +206,57 @@ def load_average() -> str:
         return " / ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "unknown"
+
+
+# --------------------------------------------------------------------------- comparisons
+def relative_error(ours: Any, reference: Any) -> float:
+    """max|ours - reference| / max|reference| of two arrays."""
+    import numpy as np
+
+    ours, reference = np.asarray(ours), np.asarray(reference)
+    return float(np.abs(ours - reference).max() / max(np.abs(reference).max(), 1e-30))
+
+
+def tangermeme_ism(
+    module: Any,
+    model: Any,
+    X: Any,
+    window: tuple[int, int],
+    *,
+    batch_size: int,
+    target: int,
+    fast: bool,
+    notes: list[str],
+) -> Any:
+    """tangermeme's ``saturation_mutagenesis`` (its module ``module``) of X (a torch tensor) over
+    positions ``window``, hypothetical scores (N, 4, W) as numpy; the reason of a fast=True
+    fallback, if any, is added to ``notes``.
+
+    tangermeme attempts fastISM only for jobs it predicts to take over 30 s with fast=False
+    (``_FAST_MIN_SECONDS``); below that, fast=True silently runs fast=False. The attempt is
+    forced here, so that a fast=True call measures fastISM (or its own fallback, which it then
+    warns about).
+    """
+    import warnings
+
+    previous = module._FAST_MIN_SECONDS
+    if fast:
+        module._FAST_MIN_SECONDS = 0.0
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scores = module.saturation_mutagenesis(
+                model,
+                X,
+                start=window[0],
+                end=window[1],
+                batch_size=batch_size,
+                target=target,
+                hypothetical=True,
+                device="cpu",
+                fast=fast,
+            )
+    finally:
+        module._FAST_MIN_SECONDS = previous
+    notes.extend(str(w.message) for w in caught if "fast=False" in str(w.message))
+    return scores.numpy()

@@ -57,6 +57,7 @@ from _common import (  # noqa: E402
     log,
     machine_description,
     markdown_table,
+    relative_error,
     time_once,
 )
 
@@ -214,10 +215,6 @@ def best_batch(
         times[batch] = time_once(lambda b=batch: run_variant(name, model, paths, data, b))
         log(f"  probe {name} batch_size={batch}: {times[batch]:.2f} s")
     return min(times, key=times.__getitem__), times
-
-
-def relative_error(actual: np.ndarray, desired: np.ndarray) -> float:
-    return float(np.max(np.abs(actual - desired)) / np.max(np.abs(desired)))
 
 
 # --------------------------------------------------------------------------- peak memory

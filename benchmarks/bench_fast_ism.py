@@ -28,14 +28,13 @@ size probe). ``--quick`` scans a window of positions instead (a smoke test, not 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ torch.set_num_threads(1)
 import models  # noqa: E402
 import published_models as published  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import Row, log, markdown_table, meets  # noqa: E402
+from _common import Row, log, markdown_table, meets, relative_error, tangermeme_ism  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -101,40 +100,19 @@ def auto_choice(model: Any) -> tuple[str, float | None, str]:
 
 
 # --------------------------------------------------------------------------- tangermeme
-@contextlib.contextmanager
-def tangermeme_fast_forced(module: Any) -> Iterator[None]:
-    previous = module._FAST_MIN_SECONDS
-    module._FAST_MIN_SECONDS = 0.0
-    try:
-        yield
-    finally:
-        module._FAST_MIN_SECONDS = previous
-
-
 def tangermeme(
     module: Any, model: Any, X: np.ndarray, window: tuple[int, int], batch: int, notes: list[str]
 ) -> np.ndarray:
-    with warnings.catch_warnings(record=True) as caught, tangermeme_fast_forced(module):
-        warnings.simplefilter("always")
-        scores = module.saturation_mutagenesis(
-            model,
-            torch.from_numpy(X),
-            start=window[0],
-            end=window[1],
-            batch_size=batch,
-            target=0,
-            hypothetical=True,
-            device="cpu",
-            fast=True,
-        )
-    for w in caught:
-        if "fast=False" in str(w.message):
-            notes.append(str(w.message))
-    return scores.numpy()
-
-
-def relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+    return tangermeme_ism(
+        module,
+        model,
+        torch.from_numpy(X),
+        window,
+        batch_size=batch,
+        target=0,
+        fast=True,
+        notes=notes,
+    )
 
 
 # --------------------------------------------------------------------------- one model
@@ -176,7 +154,7 @@ def run_model(
     )
     notes.append(
         f"check {spec.label} {spec.framework}: fast vs exact max|diff| / max|exact| = "
-        f"{relative(fast_scores, exact_scores):.1e}"
+        f"{relative_error(fast_scores, exact_scores):.1e}"
     )
     if module is None or name not in TANGERMEME_MODELS:
         return
@@ -220,7 +198,7 @@ def run_model(
     hypothetical = seqattrib.ism_to_hypothetical(fast_scores, alphabet_axis=-2)
     notes.append(
         f"check {spec.label} torch: ours (hypothetical) vs tangermeme, max|diff| / "
-        f"max|tangermeme| = {relative(hypothetical[..., start:end], theirs_scores):.1e}"
+        f"max|tangermeme| = {relative_error(hypothetical[..., start:end], theirs_scores):.1e}"
     )
     for reason in sorted(set(fallbacks)):
         notes.append(f"tangermeme warned ({spec.label}): {reason}")

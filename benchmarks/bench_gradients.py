@@ -58,6 +58,7 @@ from _common import (  # noqa: E402
     log,
     machine_description,
     markdown_table,
+    relative_error,
     time_once,
 )
 
@@ -318,11 +319,6 @@ def per_sequence_loop(
 
 
 # --------------------------------------------------------------------------- helpers
-def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
-    """max|ours - reference| / max|reference|."""
-    return float(np.abs(ours - reference).max() / max(np.abs(reference).max(), 1e-30))
-
-
 def cached_size(model: Any, k: int) -> int | None:
     """The batch size the auto probe cached for this model and K (peeks at a private cache)."""
     try:

@@ -37,7 +37,6 @@ is printed before and after.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import json
@@ -45,8 +44,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +66,8 @@ from _common import (  # noqa: E402
     log,
     machine_description,
     markdown_table,
+    relative_error,
+    tangermeme_ism,
 )
 
 import seqattrib  # noqa: E402
@@ -288,54 +288,16 @@ def load_tangermeme() -> tuple[Any, str]:
     return module, str(getattr(tangermeme, "__version__", "?"))
 
 
-@contextlib.contextmanager
-def fast_path_forced(module: Any) -> Iterator[None]:
-    """Let fast=True capture the model for any job size.
-
-    tangermeme attempts fastISM only for jobs it predicts to take over 30 s with fast=False
-    (``_FAST_MIN_SECONDS``); below that, fast=True silently runs fast=False. Forcing the attempt
-    makes the fast=True row measure fastISM (or its own fallback, which it then warns about).
-    """
-    previous = module._FAST_MIN_SECONDS
-    module._FAST_MIN_SECONDS = 0.0
-    try:
-        yield
-    finally:
-        module._FAST_MIN_SECONDS = previous
-
-
 def tangermeme_call(
     module: Any, model: Any, X: Tensor, window: tuple[int, int], fast: bool, notes: list[str]
 ) -> np.ndarray:
-    """Hypothetical ISM scores (mean over the 4 bases subtracted), (N, 4, W); the reason of a
-    fast=True fallback, if any, is added to ``notes``."""
-    start, end = window
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with fast_path_forced(module) if fast else contextlib.nullcontext():
-            scores = module.saturation_mutagenesis(
-                model,
-                X,
-                start=start,
-                end=end,
-                batch_size=BATCH,
-                target=TARGET,
-                hypothetical=True,
-                device="cpu",
-                fast=fast,
-            )
-    for w in caught:
-        if "fast=False" in str(w.message):
-            notes.append(str(w.message))
-    return scores.numpy()
+    """tangermeme's hypothetical ISM scores (N, 4, W) at this script's batch size and target."""
+    return tangermeme_ism(
+        module, model, X, window, batch_size=BATCH, target=TARGET, fast=fast, notes=notes
+    )
 
 
 # --------------------------------------------------------------------------- helpers
-def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
-    """max|ours - reference| / max|reference|."""
-    return float(np.abs(ours - reference).max() / max(np.abs(reference).max(), 1e-30))
-
-
 def fmt_bytes(n: float) -> str:
     return f"{n:,.0f} B" if float(n).is_integer() else f"{n:,.1f} B"
 
