@@ -1,7 +1,7 @@
 """Which variants are scored, and their windows, read as a stream in bounded memory.
 
 A first pass over the records (``catalog``) splits multi-allelic records, checks REF against the
-genome and decides which alleles are kept; it keeps ten bytes per kept variant (chromosome,
+genome and decides which alleles are kept; it keeps 15 bytes per kept variant (chromosome,
 position, whether it opens a new reference window, its SNV base) and the list of skipped ones.
 Later passes (``VariantStream``) read the kept variants again in order, a bounded stretch at a
 time, for their windows and their names in the table.

@@ -1,5 +1,9 @@
-"""Bounded memory: peak RSS of a 1,000,000-variant VCF is within 1.3x that of 10,000 variants
-(each run in its own process: a tiny model, scores only, the table streamed to a file)."""
+"""Bounded memory: the peak RSS of a 1,000,000-variant VCF exceeds that of 10,000 variants by
+less than 120 bytes per added variant (each run in its own process: a tiny model, scores only,
+the table streamed to a file). What grows with the number of variants is bookkeeping: the
+catalog (about 14 bytes per kept variant, 37 bytes while it is built), the engine's row counts
+and ends (16 bytes), the genome (4 bases per variant here); never the table, the windows or the
+scores (a float32 row of scores alone is 16 bytes, a window 128). Measured here at 80 to 92."""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pysam")
+if not sys.platform.startswith("linux"):
+    pytest.skip("reads the peak RSS from /proc/self/status", allow_module_level=True)
 
 LENGTH = 32
 RUN = """
-import resource, sys, torch
+import sys, torch
 import seqattrib as sa
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -22,7 +28,10 @@ model = torch.nn.Sequential(
 )
 sa.variant_effects(model, sys.argv[1], sys.argv[2], length=32, target=[0, 1], score="delta",
                    batch_size=4096, out=sys.argv[3])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# the high-water mark of this process's own memory (ru_maxrss would also count the pages of the
+# process that started it, which Linux carries across exec: under pytest, those of TensorFlow)
+with open("/proc/self/status") as status:
+    print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")))
 """
 
 
@@ -70,4 +79,9 @@ def _peak_rss(folder, n):
 def test_peak_memory_does_not_grow_with_the_number_of_variants(tmp_path):
     small = _peak_rss(tmp_path, 10_000)
     large = _peak_rss(tmp_path, 1_000_000)
-    assert large <= 1.3 * small, f"peak RSS {large / 1024:.0f} MiB vs {small / 1024:.0f} MiB"
+    growth = (large - small) * 1024  # VmHWM is in KiB
+    added = 1_000_000 - 10_000
+    assert growth <= 120 * added, (
+        f"peak RSS {large / 1024:.0f} MiB vs {small / 1024:.0f} MiB: "
+        f"{growth / added:.0f} bytes per added variant"
+    )
