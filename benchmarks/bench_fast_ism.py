@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shlex
 import sys
 import time
 import warnings
@@ -52,7 +50,15 @@ torch.set_num_threads(1)
 import models  # noqa: E402
 import published_models as published  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _common import Row, log, markdown_table, meets, relative_error, tangermeme_ism  # noqa: E402
+from _common import (  # noqa: E402
+    Row,
+    log,
+    machine_description,
+    markdown_table,
+    meets,
+    relative_error,
+    tangermeme_ism,
+)
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -205,30 +211,14 @@ def run_model(
 
 
 # --------------------------------------------------------------------------- main
-def header(module: Any, version: str) -> list[str]:
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else platform.processor()
-    )
+def header(version: str) -> list[str]:
     import keras
 
-    return [
-        "command: " + shlex.join([Path(sys.executable).name, *sys.argv]),
-        f"machine: {cpu}, {os.cpu_count()} CPUs, {platform.machine()}; one thread (torch "
-        "set_num_threads(1), TensorFlow intra/inter-op 1)",
-        f"versions: seqattrib {seqattrib.__version__}, torch {torch.__version__}, tensorflow "
-        f"{tf.__version__}, keras {keras.__version__}, numpy {np.__version__}, tangermeme "
-        f"{version}",
-        "load average (1/5/15 min): " + " / ".join(f"{x:.2f}" for x in os.getloadavg()),
-    ]
+    lines = machine_description({"torch": torch, "tensorflow": tf, "keras": keras})
+    lines = [line for line in lines if not line.startswith("torch threads")]
+    lines[2] += f", tangermeme {version}"
+    lines.append("threads: one (torch set_num_threads(1), TensorFlow intra/inter-op 1)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     notes: list[str] = []
     for name in names:
         run_model(name, specs[name], args.quick, module, rows, notes)
-    print("\n".join(header(module, version)))
+    print("\n".join(header(version)))
     print()
     print(markdown_table(rows))
     print()
