@@ -126,8 +126,13 @@ def acquire(path: str, func: str, param: str = "out") -> WriteLock | None:
             os.close(fd)
             continue
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {stamp}".encode(), 0)
+        try:  # the holder's name, for the message a second writer gets; the lock holds without it
+            os.ftruncate(fd, 0)
+            os.pwrite(
+                fd, f"pid {os.getpid()} on host {socket.gethostname()} since {stamp}".encode(), 0
+            )
+        except OSError:  # a full disk: the writer's own first write says so, in its message
+            pass
         return WriteLock(sidecar, fd)
 
 

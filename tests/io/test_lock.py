@@ -98,3 +98,22 @@ def test_a_file_reached_through_a_link_has_the_same_lock(tmp_path):
     with pytest.raises(BlockingIOError):
         lock.acquire(str(tmp_path / "link" / "t.h5"), "explain")
     held.release()
+
+
+def test_a_full_disk_does_not_stop_the_lock(tmp_path, monkeypatch):
+    """The holder's name is only for the message of a second writer: a disk too full to write
+    it still gives the lock (the writer's own first write then reports the full disk)."""
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = str(tmp_path / "t.h5")
+    monkeypatch.setattr(lock.os, "pwrite", full)
+    held = lock.acquire(path, "explain")
+    assert held is not None
+    monkeypatch.undo()
+    with pytest.raises(BlockingIOError, match="another process"):
+        lock.acquire(path, "explain")
+    held.release()
+    lock.acquire(path, "explain").release()
