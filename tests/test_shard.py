@@ -57,6 +57,18 @@ def fasta(tmp_path_factory):
     return path
 
 
+_STALL_AFTER_FIRST_BLOCK = """
+import runpy, time
+from seqattrib.io import tracks
+write = tracks.TrackWriter.write
+def write_then_stall(self, start, block):
+    write(self, start, block)
+    time.sleep(600)
+tracks.TrackWriter.write = write_then_stall
+runpy.run_module("seqattrib", run_name="__main__", alter_sys=True)
+"""
+
+
 def _explain(fasta, out, extra=(), background=False):
     argv = [
         sys.executable,
@@ -72,7 +84,8 @@ def _explain(fasta, out, extra=(), background=False):
         str(out),
         *extra,
     ]
-    if background:
+    if background:  # stalls after its first written block, so that it is killed mid-run
+        argv[1:3] = ["-c", _STALL_AFTER_FIRST_BLOCK]
         return subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE)
     result = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
