@@ -69,7 +69,7 @@ runpy.run_module("seqattrib", run_name="__main__", alter_sys=True)
 """
 
 
-def _explain(fasta, out, extra=(), background=False):
+def _explain(fasta, out, extra=(), background=False, stall=False):
     argv = [
         sys.executable,
         "-m",
@@ -84,8 +84,9 @@ def _explain(fasta, out, extra=(), background=False):
         str(out),
         *extra,
     ]
-    if background:  # stalls after its first written block, so that it is killed mid-run
+    if stall:  # stops after its first written block, so that it is killed mid-run
         argv[1:3] = ["-c", _STALL_AFTER_FIRST_BLOCK]
+    if background:
         return subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE)
     result = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -170,7 +171,8 @@ def test_missing_duplicated_or_mismatched_shards_are_refused(shards, fasta, tmp_
 def test_incomplete_shard_is_refused_and_a_killed_shard_resumes(fasta, single, tmp_path):
     out = tmp_path / "k.h5"
     shard = tmp_path / "k.shard-2-of-3.h5"
-    proc = _explain(fasta, out, ["--shard", "2/3", "--max-cpu-sequences", "1"], background=True)
+    extra = ["--shard", "2/3", "--max-cpu-sequences", "1"]
+    proc = _explain(fasta, out, extra, background=True, stall=True)
     deadline = time.time() + 300
     done = 0
     while proc.poll() is None and time.time() < deadline and done < 1:
