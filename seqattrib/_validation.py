@@ -28,6 +28,19 @@ def check_batch_size(value: Any, func: str) -> int | None:
     return int(value)
 
 
+def check_device(device: Any, func: str) -> None:
+    """Refuse a device that holds no data (torch's ``meta``): a model moved there loses its
+    weights."""
+    if device is not None and str(device).partition(":")[0].strip().lower() == "meta":
+        raise parameter_error(
+            func,
+            "device",
+            "a device that holds data ('cpu', 'cuda', 'cuda:1', 'mps', '/GPU:0')",
+            device,
+            "The meta device has shapes but no values; use device='cpu' or a GPU.",
+        )
+
+
 def resolve_targets(target: Any, n_outputs: int, func: str) -> tuple[list[int], bool]:
     """Normalise ``target`` to a list of output indices and whether to drop the K axis."""
 

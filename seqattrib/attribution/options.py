@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._errors import parameter_error
-from .._validation import check_batch_size, check_positive_int
+from .._validation import check_batch_size, check_device, check_positive_int
 from ..shards import check_shard
 
 
@@ -76,6 +76,7 @@ class RunOptions:
             raise parameter_error(
                 func, "output_fn", "None or a callable", output_fn, error=TypeError
             )
+        check_device(device, func)
         if out is not None and not isinstance(out, (str, os.PathLike)):
             raise parameter_error(func, "out", "None or a file path", out, error=TypeError)
         return cls(

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .._errors import parameter_error
+from .._validation import check_device
 from ._protocol import Head, OutOfDeviceMemory, TransferStats
 from ._torch_grad import target_gradients
 from ._torch_params import TorchParameterGradients
@@ -87,6 +88,7 @@ def _device(device: Any) -> torch.device:
         raise parameter_error(
             "the call", "device", "a torch device such as 'cpu', 'cuda' or 'cuda:1'", device
         ) from exc
+    check_device(target, "the call")
     available = {
         "cuda": torch.cuda.is_available(),
         "mps": torch.backends.mps.is_available(),
@@ -160,7 +162,7 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
         target = _device(device) if device is not None else home
         modes = [(m, m.training) for m in model.modules()]
         grad_flags = [(p, p.requires_grad) for p in params]
-        moved = any(t.device != target for t in tensors)
+        moved = device is not None and any(t.device != target for t in tensors)
         previous = self.device
         try:
             if moved:
