@@ -83,22 +83,39 @@ def fed_model(
     extras: ExtraInputs | None = None,
 ) -> tuple[Any, int]:
     """The model as the job calls it, fed X in the layout (and dtype) it takes, and its number
-    of outputs, from a forward pass of the first sequence in the layout of X, else transposed.
+    of outputs, from a forward pass of the first sequence (twice: a batch of 2, so that an
+    output_fn reducing the batch axis shows) in the layout of X, else transposed.
     """
-    x = be.asarray(source.read(0, 1))
+    x = be.asarray(np.repeat(source.read(0, 1), 2, axis=0))
     first: list[Any] = []
     if extras is not None:
         chunk = extras.chunk(be, 0, 1)
-        first = extras.for_rows(be, chunk, extras.fixed(be), be.asarray(np.zeros(1), "int64"))
+        first = extras.for_rows(be, chunk, extras.fixed(be), be.asarray(np.zeros(2), "int64"))
     failures = []
     for transpose in (False, True):
         fed = be.adapt(model, transpose)
         try:
-            return fed, int(be.forward(fed, x, head, first).shape[1])
+            out = be.forward(fed, x, head, first)
         except (OutputShapeError, OutOfDeviceMemory):
             raise
         except Exception as exc:  # noqa: BLE001 - the model's own error, reported below
             failures.append(f"{type(exc).__name__}: {_first_line(exc)}")
+            continue
+        if int(out.shape[0]) != 2:
+            given = head.output_fn is not None
+            raise parameter_error(
+                func,
+                "output_fn" if given else "model",
+                "a function returning a (batch, n_outputs) tensor, one row for each input"
+                if given
+                else "a model returning one row of outputs for each input",
+                f"{'a result' if given else 'an output'} of shape {tuple(out.shape)} for a "
+                "batch of 2 sequences",
+                "Reduce over the model's other axes (e.g. out.sum(-1)), never over the batch "
+                "axis 0.",
+                described=True,
+            )
+        return fed, int(out.shape[1])
     shape = (source.n_sequences, *source.row_shape)
     other = (source.n_sequences, *source.row_shape[::-1])
     raise parameter_error(
@@ -201,12 +218,12 @@ def run_job(
             extras = extras.rows(np.arange(shard.start, shard.stop))
     members = _members(model, func)
     be = get_backend(members[0], options.backend)
-    head = Head(options.output_fn)
+    head = Head(options.output_fn, func)
     with ExitStack() as sessions:
         device = [sessions.enter_context(model_session(be, m, options.device)) for m in members][0]
         fed, n_outputs = _fed(be, members, source, head, func, extras)
         if len(members) > 1:
-            head = Head()  # the ensemble's output is already (batch, K)
+            head = Head(func=func)  # the ensemble's output is already (batch, K)
         targets, squeeze = resolve_targets(options.target, n_outputs, func)
         seed = resolve_seed(method.random_state, func)
         row_shapes = method.row_shapes(len(targets))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .._errors import parameter_error
 
@@ -35,38 +37,121 @@ def vectorise_targets(backend: Any) -> bool:
 class Head:
     """The model's raw output (a tensor, tuple or dict) as a (batch, K) tensor.
 
-    ``output_fn`` (framework-native) maps the raw output first. Equal heads (the same
-    ``output_fn``) are equal, so compiled functions keyed by a head are reused across calls.
+    ``output_fn`` (framework-native) maps the raw output first; what it returns is checked on
+    every call (a framework tensor of rank 1 or 2 with the batch of the raw output), and an
+    error it raises is reported as an ``output_fn`` error, chained to the original. Equal heads
+    (the same ``output_fn``) are equal, so compiled functions keyed by a head are reused across
+    calls; ``func`` only names the caller in messages.
     """
 
     output_fn: Callable[[Any], Any] | None = None
+    func: str = field(default="the model", compare=False)
 
     def __call__(self, raw: Any) -> Any:
-        out = self.output_fn(raw) if self.output_fn is not None else raw
+        out = raw if self.output_fn is None else self._apply(raw)
         if isinstance(out, (tuple, list, dict)) or not hasattr(out, "shape"):
             raise parameter_error(
-                "the model",
+                self.func,
                 "output_fn",
-                "given when the model returns a tuple, list or dict",
-                f"an output of type {type(out).__name__}",
+                "given when the model returns a tuple, list or dict"
+                if self.output_fn is None
+                else "a function returning a (batch, n_outputs) tensor",
+                f"{'an output' if self.output_fn is None else 'a result'} of type "
+                f"{type(out).__name__}",
                 "Pass output_fn=lambda out: ... returning a (batch, n_outputs) tensor.",
                 described=True,
                 error=OutputShapeError,
             )
-        rank = len(out.shape)
-        if rank == 1:
-            return out[:, None]
-        if rank != 2:
+        if self.output_fn is not None and isinstance(out, np.ndarray | np.generic):
             raise parameter_error(
-                "the model",
+                self.func,
                 "output_fn",
-                "given when the model output is not (batch, n_outputs)",
-                f"an output of shape {tuple(out.shape)}",
+                "a function returning a (batch, n_outputs) tensor of the model's framework",
+                f"a NumPy array of shape {out.shape}",
+                "Write output_fn with the framework's operations (torch or keras.ops / tf), "
+                "so that gradients reach the input.",
+                described=True,
+                error=OutputShapeError,
+            )
+        rank = len(out.shape)
+        if rank not in (1, 2):
+            raise parameter_error(
+                self.func,
+                "output_fn",
+                "given when the model output is not (batch, n_outputs)"
+                if self.output_fn is None
+                else "a function returning a (batch, n_outputs) tensor",
+                f"{'an output' if self.output_fn is None else 'a result'} of shape "
+                f"{tuple(out.shape)}",
                 "Pass output_fn that reduces it, e.g. lambda out: out.sum(-1).",
                 described=True,
                 error=OutputShapeError,
             )
-        return out
+        if self.output_fn is not None:
+            batch, rows = _batch(raw), out.shape[0]
+            if isinstance(batch, int) and isinstance(rows, int) and batch != rows:
+                raise parameter_error(
+                    self.func,
+                    "output_fn",
+                    f"a function returning a (batch, n_outputs) tensor, one row for each of "
+                    f"the {batch} inputs of the batch",
+                    f"a result of shape {tuple(out.shape)}",
+                    "Reduce over the model's other axes (e.g. out.sum(-1)), never over the "
+                    "batch axis 0.",
+                    described=True,
+                    error=OutputShapeError,
+                )
+        return out[:, None] if rank == 1 else out
+
+    def _apply(self, raw: Any) -> Any:
+        assert self.output_fn is not None
+        try:
+            return self.output_fn(raw)
+        except Exception as exc:
+            if type(exc).__name__ in _OUT_OF_MEMORY:
+                raise  # the batch sizer's business, not the function's
+            raise parameter_error(
+                self.func,
+                "output_fn",
+                "a function that takes the model's raw output",
+                f"a function that raised {type(exc).__name__}: {_first_line(exc)} (given "
+                f"{_describe_output(raw)})",
+                described=True,
+                error=OutputShapeError,
+            ) from exc
+
+
+#: Errors of a framework that mean the device ran out of memory (left to the batch sizer).
+_OUT_OF_MEMORY = ("OutOfMemoryError", "ResourceExhaustedError")
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else "")[:200]
+
+
+def _batch(raw: Any) -> Any:
+    """The batch size of a raw model output (its first tensor's axis 0), or None."""
+    if isinstance(raw, dict):
+        raw = next(iter(raw.values()), None)
+    elif isinstance(raw, (tuple, list)):
+        raw = raw[0] if raw else None
+    if isinstance(raw, (dict, tuple, list)):
+        return _batch(raw)
+    shape = getattr(raw, "shape", None)
+    return shape[0] if shape is not None and len(shape) else None
+
+
+def _describe_output(raw: Any) -> str:
+    """The raw output as output_fn saw it: type and shapes."""
+    if isinstance(raw, dict):
+        parts = ", ".join(f"{k!r}: {_describe_output(v)}" for k, v in raw.items())
+        return "{" + parts + "}"
+    if isinstance(raw, (tuple, list)):
+        inner = ", ".join(_describe_output(v) for v in raw)
+        return f"{type(raw).__name__}({inner})"
+    shape = getattr(raw, "shape", None)
+    return type(raw).__name__ if shape is None else f"a tensor of shape {tuple(shape)}"
 
 
 @contextmanager
