@@ -334,7 +334,7 @@ def _report(found: Catalog, out: str | None, func: str) -> None:
         )
     if found.n == 0:
         if out is not None:  # no table to write: the list says why (else the writer writes it)
-            write_skipped(companion(out, "skipped"), found.skipped)
+            write_skipped(companion(out, "skipped"), found.skipped, func)
         raise parameter_error(
             func,
             "variants",

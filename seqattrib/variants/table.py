@@ -7,13 +7,20 @@ Each block of finished variants is appended and flushed whole; a killed run leav
 last one. A ``.parquet`` output streams into ``OUT.partial.tsv`` the same way and becomes the
 Parquet file (settings in its schema metadata) when every variant is in. One run writes a table
 at a time (the lock of ``seqattrib.io.lock``); merging shards only reads them.
+
+A table is resumed, reused or merged only when it was written for the same job: the same
+settings, the same model (the fingerprint of its parameters and buffers) and output function
+(their identities are kept in the settings' ``description``), and, row by row, the same
+variants; a damaged table (a cut header, a line with other fields, bytes that are not text) is
+refused with a one-line error naming it and its line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -24,11 +31,49 @@ from .._errors import parameter_error
 from .._optional import import_optional
 from .._validation import first_difference
 from ..io import lock as _lock
+from ..io._hdf5 import failure
 from ..io.tracks import _write_error
 from .catalog import Skipped, VariantStream
 
 FORMAT = "seqattrib.variant_effects/1"
 IDENTITY = ("chrom", "pos", "id", "ref", "alt")
+#: Of a table's ``description``, what decides its rows (compared on resume, reuse and merge);
+#: the backend's name and the model's description are not compared.
+COMPARED_DESCRIPTION = ("model_fingerprint", "output_fn")
+#: Characters of a chromosome name or an id written percent-encoded in a TSV table (as VCF 4.3
+#: encodes them), so that every row stays one line of tab-separated fields.
+_ESCAPES = {"%": "%25", "\t": "%09", "\n": "%0A", "\r": "%0D"}
+_UNESCAPES = {code: char for char, code in _ESCAPES.items()}
+_ESCAPED = re.compile("%(?:25|09|0A|0D)")
+_WELL_ESCAPED = re.compile("(?:[^%]|%(?:25|09|0A|0D))*")
+
+
+def escape(text: str) -> str:
+    """A chromosome name or id as a TSV field: ``%``, tab, newline and carriage return
+    percent-encoded (``%25``, ``%09``, ``%0A``, ``%0D``); other text as it is."""
+    if not any(char in text for char in _ESCAPES):
+        return text
+    return "".join(_ESCAPES.get(char, char) for char in text)
+
+
+def unescape(field: str) -> str | None:
+    """The text of a field written by :func:`escape` (None: not written so, a ``%`` without one
+    of the four codes after it)."""
+    if "%" not in field:
+        return field
+    if _WELL_ESCAPED.fullmatch(field) is None:
+        return None
+    return _ESCAPED.sub(lambda match: _UNESCAPES[match.group()], field)
+
+
+def compared_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal for two tables to hold rows of one job: the settings without their
+    description, with the model's fingerprint and the output function's identity from it."""
+    described = settings.get("description")
+    out = {key: value for key, value in settings.items() if key != "description"}
+    for key in COMPARED_DESCRIPTION:
+        out[key] = described.get(key) if isinstance(described, dict) else None
+    return out
 
 
 def columns(targets: Sequence[int], scores: Sequence[str]) -> list[str]:
@@ -62,12 +107,20 @@ def _read_settings(path: str) -> dict[str, Any] | None:
         except (OSError, ValueError):
             return None
         text = meta.get(b"seqattrib")
-        return None if text is None else dict(json.loads(text))
-    with open(path, "rb") as handle:
-        first = handle.readline().decode("utf-8", "replace")
-    if not first.startswith(f"#{FORMAT} ") or not first.endswith("\n"):
+    else:
+        with open(path, "rb") as handle:
+            first = handle.readline(1 << 20)
+        prefix = f"#{FORMAT} ".encode()
+        text = (
+            first[len(prefix) : -1] if first.startswith(prefix) and first.endswith(b"\n") else None
+        )
+    if text is None:
         return None
-    return dict(json.loads(first[len(FORMAT) + 2 :]))
+    try:
+        settings = json.loads(text)
+    except ValueError:  # a damaged settings line (bytes that are not UTF-8 or not JSON)
+        return None
+    return settings if isinstance(settings, dict) else None
 
 
 def _complete_lines(path: str) -> int:
@@ -102,14 +155,146 @@ def _drop_cut_line(path: str) -> None:
             handle.truncate(end)
 
 
-def _last_line(path: str) -> list[str]:
-    """The fields of the last complete line (a cut line after it is ignored)."""
+@dataclass(frozen=True)
+class Reading:
+    """Who reads a table, for the errors about it: the function, the parameter that named the
+    table and the way out."""
+
+    func: str
+    param: str
+    fix: str
+
+    def damaged(self, path: str, what: str) -> ValueError:
+        return cast(
+            ValueError,
+            parameter_error(
+                self.func,
+                self.param,
+                "a variant effects table as variant_effects writes it",
+                f"{path!r}, {what}",
+                self.fix,
+                described=True,
+            ),
+        )
+
+
+def disk_error(func: str, path: str, action: str, exc: BaseException, fix: str) -> OSError:
+    """The one-line error of a failed write of ``out`` (a full disk: errno 28), naming it."""
+    code, reason = failure(exc)
+    error = cast(
+        OSError,
+        parameter_error(
+            func,
+            "out",
+            "a file on a disk that can hold it",
+            f"{path!r}: {action} failed ({reason})",
+            fix,
+            error=OSError,
+            described=True,
+        ),
+    )
+    error.errno = code
+    return error
+
+
+def expected_columns(settings: dict[str, Any]) -> list[str] | None:
+    """The columns a table's settings name (None: settings that name none)."""
+    targets, scores = settings.get("targets"), settings.get("scores")
+    if not (isinstance(targets, list) and targets and isinstance(scores, list)):
+        return None
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in targets):
+        return None
+    if not all(isinstance(q, str) for q in scores):
+        return None
+    return columns(targets, scores)
+
+
+def _fields(raw: bytes, width: int) -> tuple[list[str], list[float]] | None:
+    """The fields and numbers of one data line (without its newline), None if it is not a row:
+    UTF-8 text of ``width`` tab-separated fields, a 1-based position, chromosome and id as
+    :func:`escape` writes them, and numbers after the identity."""
+    try:
+        fields = raw.decode("utf-8").split("\t")
+    except UnicodeDecodeError:
+        return None
+    if len(fields) != width:
+        return None
+    pos = fields[1]
+    if not (pos.isascii() and pos.isdigit() and int(pos) >= 1):
+        return None
+    if unescape(fields[0]) is None or unescape(fields[2]) is None:
+        return None
+    try:
+        return fields, [float(v) for v in fields[len(IDENTITY) :]]
+    except ValueError:
+        return None
+
+
+def text_rows(
+    path: str, names: list[str], reading: Reading
+) -> Iterator[tuple[int, list[str], list[float]]]:
+    """``(line number, fields, numbers)`` of every complete data line of a TSV table, after
+    checking that its header is ``names``; a line that is not a row is an error naming it. A
+    cut last line (a killed writer's) is left out."""
+    header = ("\t".join(names) + "\n").encode("utf-8")
+    width = len(names)
     with open(path, "rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, size - (1 << 16)))
-        tail = handle.read()
-    tail = tail[: tail.rfind(b"\n")]
-    return tail.rsplit(b"\n", 1)[-1].decode("utf-8").split("\t")
+        handle.readline(1 << 20)  # the settings line, read by _read_settings
+        if handle.readline(len(header) + 1) != header:
+            raise reading.damaged(path, "whose header (line 2) is not the columns it should have")
+        for number, raw in enumerate(handle, start=3):
+            if not raw.endswith(b"\n"):
+                return
+            parsed = _fields(raw[:-1], width)
+            if parsed is None:
+                raise reading.damaged(
+                    path,
+                    f"whose line {number} is not a row of {width} tab-separated fields (chrom, "
+                    "pos, id, ref, alt, then numbers)",
+                )
+            yield number, *parsed
+
+
+def _schema(names: list[str]) -> Any:
+    """The Arrow schema of a table's columns (without the settings)."""
+    pa = import_optional("pyarrow")
+    text = ("chrom", "id", "ref", "alt")
+    types = [
+        pa.int64() if n == "pos" else pa.string() if n in text else pa.float32() for n in names
+    ]
+    return pa.schema(list(zip(names, types, strict=True)))
+
+
+def parquet_batches(path: str, names: list[str], reading: Reading) -> Iterator[Any]:
+    """The record batches of a Parquet table, after checking its columns and types; pages are
+    checked against their checksums, and a file that cannot be read is an error naming it."""
+    pa = import_optional("pyarrow")
+    pq = import_optional("pyarrow.parquet")
+    failures = (OSError, ValueError, pa.ArrowException)
+
+    def unreadable(exc: BaseException) -> ValueError:
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return reading.damaged(path, f"which cannot be read as Parquet ({first})")
+
+    try:
+        handle = pq.ParquetFile(path, page_checksum_verification=True)
+        schema = handle.schema_arrow.remove_metadata()
+        batches = handle.iter_batches(batch_size=65536)
+    except failures as exc:
+        raise unreadable(exc) from exc
+    if not schema.equals(_schema(names)):
+        raise reading.damaged(path, "whose columns are not those it should have")
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except failures as exc:
+            raise unreadable(exc) from exc
+        if any(column.null_count for column in batch.columns):
+            raise reading.damaged(path, "with empty (null) entries")
+        yield batch
 
 
 def _append(fd: int, data: bytes) -> None:
@@ -122,8 +307,14 @@ def _append(fd: int, data: bytes) -> None:
 def _format_rows(identity: list[tuple[str, int, str, str, str]], values: np.ndarray) -> str:
     fmt = "\t".join(["%s"] * 5 + ["%.9g"] * values.shape[1]) + "\n"
     return "".join(
-        fmt % (*ident, *row) for ident, row in zip(identity, values.tolist(), strict=True)
+        fmt % (escape(chrom), pos, escape(id_), ref, alt, *row)
+        for (chrom, pos, id_, ref, alt), row in zip(identity, values.tolist(), strict=True)
     )
+
+
+_FIX = "Pass overwrite=True to replace it, or choose another path."
+#: Rows of a table compared with the variants at a time when it is resumed.
+_CHECK_BLOCK = 8192
 
 
 class EffectsWriter:
@@ -176,7 +367,7 @@ class EffectsWriter:
         try:
             self._open(overwrite)
             # the variants the catalog left out, beside the table, written under its lock
-            write_skipped(companion(path, "skipped"), stream.catalog.skipped)
+            write_skipped(companion(path, "skipped"), stream.catalog.skipped, func)
         except BaseException:
             self._give_up()
             raise
@@ -190,12 +381,12 @@ class EffectsWriter:
                     os.remove(p)
         if os.path.exists(path) and _is_parquet(path):
             self._check_settings(path)
+            self._check_parquet(path)
             self.n_completed = self.n_variants  # finished: the leftover text goes in close
             return
         if os.path.exists(self.text):
             self._check_settings(self.text)
-            self.n_completed = _complete_lines(self.text)
-            self._check_rows()
+            self.n_completed = self._check_text()
             _drop_cut_line(self.text)
         else:
             self._create()
@@ -226,12 +417,12 @@ class EffectsWriter:
         if not overwrite:
             if os.path.exists(path) and _is_parquet(path):
                 self._check_settings(path)
+                self._check_parquet(path)
                 self.n_completed = self.n_variants
                 return
             if os.path.exists(self.text) and not _is_parquet(path):
                 self._check_settings(self.text)
-                self.n_completed = _complete_lines(self.text)
-                self._check_rows()
+                self.n_completed = self._check_text()
                 if self.n_completed == self.n_variants:
                     return
         raise parameter_error(
@@ -245,7 +436,6 @@ class EffectsWriter:
         )
 
     def _check_settings(self, path: str) -> None:
-        fix = "Pass overwrite=True to replace it, or choose another path."
         stored = _read_settings(path)
         if stored is None:
             raise parameter_error(
@@ -253,45 +443,99 @@ class EffectsWriter:
                 "out",
                 "a new path or a variant effects table to resume",
                 f"the existing file {path!r}",
-                fix,
+                _FIX,
                 described=True,
             )
-        current = json.loads(json.dumps(self.settings, sort_keys=True, default=str))
-        key = first_difference(stored, current, ignore=("description",))
-        if key is not None:
-            raise parameter_error(
-                self.func,
-                "out",
-                "a new path, or a table written with the same settings to resume",
-                f"{path!r}, written with {key}={stored.get(key)!r} (now {current.get(key)!r})",
-                fix,
-                described=True,
-            )
-
-    def _check_rows(self) -> None:
-        """The last written line names the variant of its row (same input, same order)."""
-        if self.n_completed > self.n_variants or self.n_completed < 0:
-            raise parameter_error(
-                self.func,
-                "out",
-                f"a table of at most {self.n_variants} variants to resume",
-                f"{self.text!r} with {self.n_completed} lines",
-                "Pass overwrite=True to replace it.",
-                described=True,
-            )
-        if self.n_completed == 0:
+        was = compared_settings(stored)
+        now = compared_settings(json.loads(json.dumps(self.settings, default=str)))
+        key = first_difference(was, now)
+        if key is None:
             return
-        row = self.offset + self.n_completed - 1
-        v = self.stream.variants(row, row + 1)[0]
-        if _last_line(self.text)[:5] != [v.chrom, str(v.pos), v.id, v.ref, v.alt]:
-            raise parameter_error(
-                self.func,
-                "out",
-                "a table written for the same variants to resume",
-                f"{self.text!r}, whose row {self.n_completed - 1} is not {v.label}",
-                "Pass overwrite=True to replace it.",
-                described=True,
+        if key == "model_fingerprint":
+            got = (
+                f"{path!r}, written with another model (parameters fingerprint "
+                f"{str(was[key])[:12]}, now {str(now[key])[:12]})"
             )
+        else:
+            got = f"{path!r}, written with {key}={was.get(key)!r} (now {now.get(key)!r})"
+        raise parameter_error(
+            self.func,
+            "out",
+            "a new path, or a table written with the same settings to resume",
+            got,
+            _FIX,
+            described=True,
+        )
+
+    def _reading(self) -> Reading:
+        return Reading(self.func, "out", _FIX)
+
+    def _check_text(self) -> int:
+        """The complete rows of the TSV table to resume, each checked: a row of this job's
+        variant at its place, with numbers where they belong."""
+        done, block = 0, []
+        for _, fields, _ in text_rows(self.text, self.names, self._reading()):
+            if done == self.n_variants:
+                raise parameter_error(
+                    self.func,
+                    "out",
+                    f"a table of at most {self.n_variants} variants to resume",
+                    f"{self.text!r} with more rows",
+                    _FIX,
+                    described=True,
+                )
+            block.append(fields[: len(IDENTITY)])
+            done += 1
+            if len(block) == _CHECK_BLOCK:
+                self._check_identity(self.text, done - len(block), block)
+                block = []
+        self._check_identity(self.text, done - len(block), block)
+        return done
+
+    def _check_parquet(self, path: str) -> None:
+        """A finished Parquet table to reuse: every row that of this job's variant."""
+        done = 0
+        for batch in parquet_batches(path, self.names, self._reading()):
+            rows = batch.select(list(IDENTITY)).to_pylist()
+            if done + len(rows) > self.n_variants:
+                break
+            identity = [
+                [escape(r["chrom"]), str(r["pos"]), escape(r["id"]), r["ref"], r["alt"]]
+                for r in rows
+            ]
+            self._check_identity(path, done, identity)
+            done += len(rows)
+        else:
+            if done == self.n_variants:
+                return
+        raise parameter_error(
+            self.func,
+            "out",
+            f"a finished table of {self.n_variants} variants to reuse",
+            f"{path!r} with {'more' if done < self.n_variants else 'fewer'} rows",
+            _FIX,
+            described=True,
+        )
+
+    def _check_identity(self, path: str, first: int, rows: list[list[str]]) -> None:
+        """Rows ``first ..`` of a table (identity fields as written) name this job's variants."""
+        if not rows:
+            return
+        start = self.offset + first
+        variants = self.stream.variants(start, start + len(rows))
+        for i, (v, fields) in enumerate(zip(variants, rows, strict=True)):
+            if fields != [escape(v.chrom), str(v.pos), escape(v.id), v.ref, v.alt]:
+                chrom, pos, id_, ref, alt = fields
+                raise parameter_error(
+                    self.func,
+                    "out",
+                    "a table written for the same variants to resume",
+                    f"{path!r}, whose row {first + i} is {chrom}:{pos} {ref}>{alt} ({id_}) where "
+                    f"the variants have {escape(v.chrom)}:{v.pos} {v.ref}>{v.alt} "
+                    f"({escape(v.id)})",
+                    _FIX,
+                    described=True,
+                )
 
     def write(self, start: int, block: dict[str, np.ndarray]) -> None:
         if start != self.n_completed:
@@ -383,43 +627,54 @@ class EffectsWriter:
 
 
 def to_parquet(text: str, path: str, settings: dict[str, Any]) -> None:
-    """Convert a TSV table to Parquet in bounded memory (settings in the schema metadata)."""
+    """Convert a TSV table to Parquet in bounded memory (settings in the schema metadata, a
+    checksum on every page); chromosome names and ids are stored as they are (not escaped)."""
     pa = import_optional("pyarrow")
+    pc = import_optional("pyarrow.compute")
     csv = import_optional("pyarrow.csv")
     pq = import_optional("pyarrow.parquet")
-    with open(text) as handle:
-        handle.readline()
-        names = handle.readline().rstrip("\n").split("\t")
-    types = {name: pa.float32() for name in names[5:]}
-    types.update(
-        chrom=pa.string(), pos=pa.int64(), id=pa.string(), ref=pa.string(), alt=pa.string()
-    )
+    names = cast(list[str], expected_columns(settings))
+    types = _schema(names)
     reader = csv.open_csv(
         text,
-        read_options=csv.ReadOptions(skip_rows=1, block_size=1 << 24),
+        read_options=csv.ReadOptions(skip_rows=2, column_names=names, block_size=1 << 24),
         parse_options=csv.ParseOptions(delimiter="\t", quote_char=False),
         convert_options=csv.ConvertOptions(
-            column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
+            column_types=dict(zip(types.names, types.types, strict=True)),
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
         ),
     )
-    schema = reader.schema.with_metadata(
-        {"seqattrib": json.dumps(settings, sort_keys=True, default=str)}
-    )
+    schema = types.with_metadata({"seqattrib": json.dumps(settings, sort_keys=True, default=str)})
     partial = path + ".new"
-    with pq.ParquetWriter(partial, schema) as writer:
+    with pq.ParquetWriter(partial, schema, write_page_checksum=True) as writer:
         for batch in reader:
-            writer.write_table(pa.Table.from_batches([batch], schema=schema))
+            arrays = batch.columns
+            for i in (names.index("chrom"), names.index("id")):
+                # every "%" is one of the four codes (``escape``): decode "%25" last
+                for code in ("%09", "%0A", "%0D", "%25"):
+                    arrays[i] = pc.replace_substring(arrays[i], code, _UNESCAPES[code])
+            writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
     os.replace(partial, path)
 
 
-def write_skipped(path: str, skipped: Skipped) -> None:
+def write_skipped(path: str, skipped: Skipped, func: str) -> None:
     """The skipped variants, one per line with the reason (``chrom pos id ref alt reason
-    detail``)."""
+    detail``; text fields written as :func:`escape` writes them)."""
     partial = path + ".new"
-    with open(partial, "w") as handle:
-        handle.write("\t".join(Skipped.COLUMNS) + "\n")
-        handle.writelines("\t".join(str(v) for v in row) + "\n" for row in skipped.rows)
-    os.replace(partial, path)
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write("\t".join(Skipped.COLUMNS) + "\n")
+            handle.writelines(
+                "\t".join(escape(v) if isinstance(v, str) else str(v) for v in row) + "\n"
+                for row in skipped.rows
+            )
+        os.replace(partial, path)
+    except OSError as exc:
+        if os.path.exists(partial):
+            os.remove(partial)
+        fix = "Free space (or fix the disk) and rerun the same command: it resumes the table."
+        raise disk_error(func, path, "writing the list of skipped variants", exc, fix) from exc
 
 
 # --------------------------------------------------------------------------- reading
@@ -438,6 +693,14 @@ class EffectsTable:
 
 def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
     """Read a variant effects table (TSV or Parquet) written by ``variant_effects``.
+
+    In a TSV table, a chromosome name or id that holds ``%``, a tab, a newline or a carriage
+    return is written percent-encoded (``%25``, ``%09``, ``%0A``, ``%0D``, as VCF 4.3 encodes
+    them), so that every row is one line of tab-separated fields for pandas or awk; this
+    function decodes them, and a Parquet table stores them as they are. A table still being
+    written gives its complete rows. A damaged table (a header or a line that is not what
+    ``variant_effects`` writes, a Parquet file that fails its checksums) is an error naming
+    the file and the line.
 
     Parameters
     ----------
@@ -459,25 +722,36 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
     settings = _read_settings(path)
     if settings is None:
         raise parameter_error(func, "path", "a variant effects table", path)
+    reading = Reading(
+        func, "path", "Write it again: rerun the command that wrote it with overwrite=True."
+    )
+    names = expected_columns(settings)
+    if names is None:
+        raise reading.damaged(path, "whose settings name no targets and scores")
+    identity: list[list[Any]] = [[] for _ in IDENTITY]
     if _is_parquet(path):
-        pq = import_optional("pyarrow.parquet")
-        table = pq.read_table(path)
-        cols = {name: table.column(name).to_numpy() for name in table.column_names}
-        return EffectsTable({k: _typed(k, v) for k, v in cols.items()}, settings)
-    with open(path) as handle:
-        handle.readline()
-        names = handle.readline().rstrip("\n").split("\t")
-        rows = [line.rstrip("\n").split("\t") for line in handle]
-    cols = {name: np.array([r[i] for r in rows], dtype=object) for i, name in enumerate(names)}
-    return EffectsTable({k: _typed(k, v) for k, v in cols.items()}, settings)
-
-
-def _typed(name: str, values: np.ndarray) -> np.ndarray:
-    if name == "pos":
-        return values.astype(np.int64)
-    if name in IDENTITY:
-        return values.astype(str)
-    return values.astype(np.float32)
+        numbers: list[np.ndarray] = []
+        for batch in parquet_batches(path, names, reading):
+            for i, column in enumerate(batch.columns[: len(IDENTITY)]):
+                identity[i] += column.to_pylist()
+            numbers.append(np.stack([c.to_numpy() for c in batch.columns[len(IDENTITY) :]], axis=1))
+        values = np.concatenate(numbers) if numbers else np.zeros((0, len(names) - 5))
+    else:
+        rows: list[list[float]] = []
+        for _, fields, parsed in text_rows(path, names, reading):
+            for i, value in enumerate(fields[: len(IDENTITY)]):
+                identity[i].append(value)
+            rows.append(parsed)
+        for i in (IDENTITY.index("chrom"), IDENTITY.index("id")):
+            identity[i] = [unescape(v) for v in identity[i]]
+        values = np.array(rows, dtype=np.float64).reshape(len(rows), len(names) - len(IDENTITY))
+    cols = {
+        name: np.array(identity[i], dtype=np.int64 if name == "pos" else str)
+        for i, name in enumerate(IDENTITY)
+    }
+    for j, name in enumerate(names[len(IDENTITY) :]):
+        cols[name] = values[:, j].astype(np.float32)
+    return EffectsTable(cols, settings)
 
 
 # --------------------------------------------------------------------------- merging

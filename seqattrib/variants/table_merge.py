@@ -14,11 +14,19 @@ from .._optional import import_optional
 from ..io.lock import acquire
 from ..shards import check_complete, check_coverage, check_same_settings
 from .table import (
+    IDENTITY,
+    Reading,
     _complete_lines,
     _is_parquet,
     _read_settings,
     _settings_line,
     companion,
+    compared_settings,
+    disk_error,
+    escape,
+    expected_columns,
+    parquet_batches,
+    text_rows,
     to_parquet,
 )
 
@@ -35,8 +43,9 @@ def merge_effects(
     """Join the shard tables of one job (``variant_effects(..., shard=(i, n))``) into one table,
     and their attribution tracks and skipped lists beside it.
 
-    Refuses shards that are incomplete, written with other settings, or that do not cover every
-    variant exactly once.
+    Refuses shards that are incomplete, written with other settings or another model (its
+    parameters' fingerprint) or output function, damaged, or that do not cover every variant
+    exactly once.
 
     Parameters
     ----------
@@ -75,10 +84,15 @@ def merge_effects(
     common = {k: v for k, v in infos[0][1].items() if k not in _PER_SHARD}
 
     def compared(settings: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in settings.items() if k not in (*_PER_SHARD, "description")}
+        return {k: v for k, v in compared_settings(settings).items() if k not in _PER_SHARD}
 
     for _, settings, path in infos[1:]:
         check_same_settings(func, (infos[0][2], compared(common)), (path, compared(settings)))
+    names = expected_columns(common)
+    if names is None:
+        raise parameter_error(
+            func, "shards", "tables written with --shard i/n", infos[0][2], described=True
+        )
     check_coverage(func, [(path, span) for span, _, path in infos], infos[0][0]["total"], "variant")
     paths = [path for _, _, path in infos]
     kinds = _companion_kinds(paths, out, overwrite, func)
@@ -87,17 +101,25 @@ def merge_effects(
         raise parameter_error(
             func, "out", "a path in a folder this process can write to", out, error=PermissionError
         )
+    text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
     try:
-        text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
-        with open(text, "w") as target:
-            target.write(_settings_line(common))
-            for i, path in enumerate(paths):
-                _copy_lines(path, target, header=i == 0)
-        if _is_parquet(out):
-            to_parquet(text, out, common)
-            os.remove(text)
-        else:
-            os.replace(text, out)
+        try:
+            with open(text, "w", encoding="utf-8") as target:
+                target.write(_settings_line(common) + "\t".join(names) + "\n")
+                for path in paths:
+                    _copy_lines(path, names, target, func)
+            if _is_parquet(out):
+                to_parquet(text, out, common)
+                os.remove(text)
+            else:
+                os.replace(text, out)
+        except OSError as exc:
+            fix = "Free space (or fix the disk) and merge again: the shards are unchanged."
+            raise disk_error(func, out, "writing the merged table", exc, fix) from exc
+        finally:
+            for leftover in (text, out + ".new"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
         _merge_companions(paths, out, kinds, overwrite)
     finally:
         held.release()
@@ -111,29 +133,21 @@ def _rows(path: str) -> int:
     return _complete_lines(path)
 
 
-def _copy_lines(path: str, target: Any, header: bool) -> None:
-    """The header (when asked) and data lines of a shard table, into an open text file."""
-    if _is_parquet(path):
-        pq = import_optional("pyarrow.parquet")
-        reader = pq.ParquetFile(path)
-        if header:
-            target.write("\t".join(reader.schema_arrow.names) + "\n")
-        for batch in reader.iter_batches(batch_size=65536):
-            cols = [c.to_pylist() for c in batch.columns]
-            for row in zip(*cols, strict=True):
-                target.write(
-                    "\t".join(f"{v:.9g}" if isinstance(v, float) else str(v) for v in row) + "\n"
-                )
+def _copy_lines(path: str, names: list[str], target: Any, func: str) -> None:
+    """The rows of a shard table, each checked, into an open text file."""
+    reading = Reading(func, "shards", "Rerun that shard's command with overwrite=True.")
+    if not _is_parquet(path):
+        for _, fields, _ in text_rows(path, names, reading):
+            target.write("\t".join(fields) + "\n")
         return
-    with open(path) as source:
-        source.readline()
-        names = source.readline()
-        if header:
-            target.write(names)
-        for line in source:
-            if not line.endswith("\n"):
-                break  # a cut last line is no row
-            target.write(line)
+    for batch in parquet_batches(path, names, reading):
+        cols = [c.to_pylist() for c in batch.columns]
+        for i in (IDENTITY.index("chrom"), IDENTITY.index("id")):
+            cols[i] = [escape(v) for v in cols[i]]
+        for row in zip(*cols, strict=True):
+            target.write(
+                "\t".join(f"{v:.9g}" if isinstance(v, float) else str(v) for v in row) + "\n"
+            )
 
 
 def _companion_kinds(paths: list[str], out: str, overwrite: bool, func: str) -> list[str]:

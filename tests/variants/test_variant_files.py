@@ -170,13 +170,16 @@ def test_a_cut_table_resumes(tmp_path, model, genome, expected):
     with pytest.warns(sa.SeqAttribWarning):
         sa.variant_effects(model, genome, table(_cases(genome)), **kwargs)
     assert out.read_bytes() == full
-    # a complete table is a finished job: a rerun neither rewrites nor appends to it (only its
-    # last row is compared, so an edited earlier row stays as it is)
+    # a complete table is a finished job: a rerun neither rewrites nor appends to it
+    with pytest.warns(sa.SeqAttribWarning):
+        sa.variant_effects(model, genome, table(_cases(genome)), **kwargs)  # complete: kept
+    assert out.read_bytes() == full
+    # every row is compared with the variants, so an edited earlier row is refused, by name
     modified = full.replace(b"\tv1\t", b"\tvX\t")
     assert modified != full
     out.write_bytes(modified)
-    with pytest.warns(sa.SeqAttribWarning):
-        sa.variant_effects(model, genome, table(_cases(genome)), **kwargs)  # complete: kept
+    with pytest.warns(sa.SeqAttribWarning), pytest.raises(ValueError, match=r"row 0 is .*\(vX\)"):
+        sa.variant_effects(model, genome, table(_cases(genome)), **kwargs)
     assert out.read_bytes() == modified
     lines = full.split(b"\n")
     out.write_bytes(b"\n".join([*lines[:3], lines[3].replace(b"\tv", b"\tw")]) + b"\n")
