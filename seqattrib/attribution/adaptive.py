@@ -15,16 +15,20 @@ and finished chunks stream to the sink as in any other run.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from .._errors import SeqAttribWarning
 from ..engine import ArraySink, SequenceSource
 from ..engine.source import as_source
 from .gradient_kernel import check_finite
 
+#: The fewest baselines a sequence stops at (a standard error needs a spread of baselines).
+MIN_BASELINES = 2
 #: engine(kernel, source, sink) runs every row of a kernel over a source into a sink.
 Engine = Callable[[Any, SequenceSource, Any], Any]
 
@@ -88,18 +92,36 @@ def run_to_tolerance(
         desc=method.func,
         file=sys.stderr,
     )
+    short, worst = 0, 0.0  # sequences that did not reach the tolerance, their largest error
     for lo in range(0, source.n_sequences, block):
         hi = min(lo + block, source.n_sequences)
         chunk = source.read(lo, hi)
-        totals = _rounds(method, context, chunk, source.offset + lo, engine)
+        totals, above = _rounds(method, context, chunk, source.offset + lo, engine)
+        short += len(above)
+        if len(above):
+            worst = max(worst, float(above.max()))
         sink.write(source.offset + lo, _results(method, totals, context, source.offset + lo))
         progress.update(hi - lo)
     progress.close()
+    if short:
+        warnings.warn(
+            f"{method.func}: {short} of {source.n_sequences} sequences did not reach "
+            f"tolerance={method.tolerance} with max_baselines={method.max_baselines} (largest "
+            f"relative standard error {worst:.3g}); their attributions use max_baselines "
+            "baselines. Raise max_baselines or the tolerance.",
+            SeqAttribWarning,
+            stacklevel=4,
+        )
 
 
-def _rounds(method: Any, context: Any, chunk: np.ndarray, first: int, engine: Engine) -> _Totals:
+def _rounds(
+    method: Any, context: Any, chunk: np.ndarray, first: int, engine: Engine
+) -> tuple[_Totals, np.ndarray]:
     """Baselines [done, done + more) for the sequences of ``chunk`` (rows ``first ..`` of the
-    job) still above tolerance."""
+    job) still above tolerance, in rounds; also the largest relative standard error of each
+    sequence that ended above it. A sequence stops only once it has at least
+    ``MIN_BASELINES`` baselines: one baseline has no spread to estimate a standard error
+    from."""
     source: SequenceSource = context.source
     n = len(chunk)
     k = len(context.targets)
@@ -110,6 +132,7 @@ def _rounds(method: Any, context: Any, chunk: np.ndarray, first: int, engine: En
         np.zeros((n, k)) if method.return_delta else None,
     )
     todo = np.arange(n)
+    rse = np.zeros((n, k))
     done, more = 0, method.n_baselines
     while len(todo):
         part = as_source(chunk[todo], source.alphabet_axis, method.func)
@@ -128,12 +151,13 @@ def _rounds(method: Any, context: Any, chunk: np.ndarray, first: int, engine: En
         if totals.outputs is not None:
             totals.outputs[todo] += more * result["delta"].astype(np.float64)
         done += more
+        rse = relative_standard_error(totals.mean()[todo], totals.standard_error()[todo])
+        above = (rse > method.tolerance).any(axis=1) | (done < MIN_BASELINES)
+        todo, rse = todo[above], rse[above]
         more = min(done, method.max_baselines - done)
         if more <= 0:
             break
-        rse = relative_standard_error(totals.mean()[todo], totals.standard_error()[todo])
-        todo = todo[(rse > method.tolerance).any(axis=1)]
-    return totals
+    return totals, rse.max(axis=1) if len(todo) else np.zeros(0)
 
 
 def _results(method: Any, totals: _Totals, context: Any, first: int) -> dict[str, np.ndarray]:

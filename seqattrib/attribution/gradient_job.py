@@ -11,7 +11,7 @@ import numpy as np
 from .._errors import parameter_error
 from .._validation import check_positive_int
 from ..engine import SequenceSource
-from .adaptive import Engine, run_to_tolerance
+from .adaptive import MIN_BASELINES, Engine, run_to_tolerance
 from .baselines import RANDOM_KINDS, BaselineSpec, describe_baselines, resolve_baselines
 from .gradient_kernel import GradientKernel
 from .job import JobContext
@@ -111,11 +111,12 @@ class GradientMethod:
                 "Fixed baselines have no sampling error to reduce.",
             )
         check_positive_int(self.max_baselines, "max_baselines", func)
-        if self.max_baselines < self.n_baselines:
+        if self.max_baselines < max(self.n_baselines, MIN_BASELINES):
             raise parameter_error(
                 func,
                 "max_baselines",
-                f"at least n_baselines ({self.n_baselines})",
+                f"at least n_baselines ({self.n_baselines}) and at least {MIN_BASELINES} with "
+                "tolerance (a standard error needs a spread of baselines)",
                 self.max_baselines,
             )
 

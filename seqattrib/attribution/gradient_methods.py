@@ -275,7 +275,9 @@ def expected_integrated_gradients(
         Add baselines to each sequence in rounds (``n_baselines`` first, then doubling) until
         the relative standard error of each of its targets, ||stderr|| / ||attributions||, is
         at most this, or ``max_baselines`` is reached: easy sequences stop early, hard ones get
-        more. Random baselines only.
+        more. A sequence stops with at least 2 baselines (one has no spread to estimate an
+        error from); sequences still above the tolerance at ``max_baselines`` raise one
+        ``SeqAttribWarning`` saying how many. Random baselines only.
     max_baselines : int
         The most baselines a sequence gets with ``tolerance``.
     preset : {None, "crested"}

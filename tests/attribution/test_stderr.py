@@ -128,3 +128,28 @@ def test_tolerance_needs_random_baselines(conv):
         eig(conv, X, baselines="zeros", tolerance=0.1)
     with pytest.raises(ValueError, match="'max_baselines'"):
         eig(conv, X, tolerance=0.1, max_baselines=3)
+
+
+def test_one_baseline_is_never_enough_to_stop(conv):
+    """With n_baselines=1 the first round has no spread: every sequence goes on to at least 2
+    baselines, and each stops only once its own standard error meets the tolerance."""
+    X = models.random_one_hot(5, LENGTH, seed=13)
+    attributions, stderr, used = eig(
+        conv, X, n_baselines=1, batch_size=POINTS, return_stderr=True, tolerance=0.4
+    )
+    assert (used >= 2).all()
+    met = (sa.relative_standard_error(attributions, stderr) <= 0.4).all(axis=1)
+    assert (met | (used == 400)).all()
+
+
+def test_a_tolerance_not_reached_warns_how_many_sequences(conv):
+    X = models.random_one_hot(5, LENGTH, seed=14)
+    with pytest.warns(sa.SeqAttribWarning, match=r"5 of 5 sequences .*max_baselines=4"):
+        _, used = eig(conv, X, n_baselines=1, tolerance=1e-6, max_baselines=4)
+    np.testing.assert_array_equal(used, 4)
+
+
+def test_a_tolerance_needs_room_for_two_baselines(conv):
+    X = models.random_one_hot(2, LENGTH, seed=12)
+    with pytest.raises(ValueError, match=r"'max_baselines'.*at least 2"):
+        eig(conv, X, n_baselines=1, tolerance=0.1, max_baselines=1)
