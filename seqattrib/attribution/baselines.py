@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import parameter_error
+from .._validation import check_positive_int
 from ..engine import SequenceSource
 
 NAMES = ("zeros", "uniform", "shuffle", "dinuc_shuffle", "random")
@@ -228,9 +229,40 @@ def resolve_baselines(
         "baselines",
         f"an array of shape {expected}, in the layout of X",
         f"shape {array.shape}",
-        "Transpose the baselines to the layout of X, or pass a name such as 'dinuc_shuffle'.",
+        "Transpose the baselines to the layout of X, or pass a name such as 'dinuc_shuffle'."
+        + (
+            ""
+            if per_sequence_array
+            else " For several baselines per sequence, use expected_integrated_gradients."
+        ),
         described=True,
     )
+
+
+def baseline_count(baselines: Any, n_baselines: Any, default: int, func: str) -> int:
+    """Baselines per sequence for a method that averages over several.
+
+    An array carries its own count: ``(B, L, 4)`` (shared) or ``(N, B, L, 4)`` (one set per
+    sequence), either layout. ``n_baselines=None`` takes that count, else ``default``; an
+    explicit ``n_baselines`` that contradicts the array is refused.
+    """
+    if n_baselines is not None:
+        n_baselines = check_positive_int(n_baselines, "n_baselines", func)
+    if isinstance(baselines, str) or callable(baselines):
+        return default if n_baselines is None else n_baselines
+    shape = np.shape(baselines)
+    if len(shape) not in (3, 4):  # not a stack of baselines: resolve_baselines says so
+        return default if n_baselines is None else n_baselines
+    count = int(shape[0] if len(shape) == 3 else shape[1])
+    if n_baselines is not None and n_baselines != count:
+        raise parameter_error(
+            func,
+            "n_baselines",
+            f"None or {count}, the baselines per sequence of the array of shape {shape}",
+            n_baselines,
+            "Drop n_baselines: an array of baselines carries its own count.",
+        )
+    return count
 
 
 def _call(fn: Callable[..., Any], x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

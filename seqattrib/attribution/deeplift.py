@@ -14,12 +14,14 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import parameter_error
-from .._validation import check_positive_int
 from ..engine import SequenceSource, as_source
-from .baselines import describe_baselines, resolve_baselines
+from .baselines import baseline_count, describe_baselines, resolve_baselines
 from .deeplift_kernel import DeepLiftKernel
 from .job import JobContext, drop_target_axis, run_job
 from .options import RunOptions, shared_docs
+
+#: References per sequence unless an array of references gives its own count.
+DEFAULT_REFERENCES = 20
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def deep_lift_shap(
     target: int | Sequence[int] | None = 0,
     output_fn: Callable[[Any], Any] | None = None,
     baselines: str | np.ndarray | Callable[..., np.ndarray] = "dinuc_shuffle",
-    n_baselines: int = 20,
+    n_baselines: int | None = None,
     multiply_by_inputs: bool = True,
     alphabet_axis: int | None = None,
     random_state: int | np.random.Generator | None = 0,
@@ -132,8 +134,9 @@ def deep_lift_shap(
         ``"random"``, ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])``
         shared by all sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or
         ``fn(x, n_baselines, rng)``.
-    n_baselines : int
-        References per sequence (constant references collapse to one: they are all equal).
+    n_baselines : int, optional
+        References per sequence; default 20, or the count of an array of references (constant
+        references collapse to one: they are all equal).
     multiply_by_inputs : bool
         True: contributions (the hypothetical scores times the one-hot input). False:
         hypothetical scores, m[b] - sum_c r[c] m[c] averaged over the references, the form
@@ -160,7 +163,7 @@ def deep_lift_shap(
     [[attribution_returns]]
     """
     func = "deep_lift_shap"
-    n_baselines = check_positive_int(n_baselines, "n_baselines", func)
+    n_baselines = baseline_count(baselines, n_baselines, DEFAULT_REFERENCES, func)
     options = RunOptions.from_arguments(func, locals())
     deeplift = DeepLiftMethod(
         func=func,

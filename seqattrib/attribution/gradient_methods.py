@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._validation import check_positive_int
 from ..engine import as_source
+from .baselines import baseline_count
 from .gradient_job import EIG_DEFAULTS, GradientMethod, eig_preset
 from .job import drop_target_axis, run_job
 from .options import RunOptions, shared_docs
@@ -203,7 +203,7 @@ def expected_integrated_gradients(
     target: int | Sequence[int] | None = 0,
     output_fn: Callable[[Any], Any] | None = None,
     baselines: str | np.ndarray | Callable[..., np.ndarray] = "dinuc_shuffle",
-    n_baselines: int = EIG_DEFAULTS[0],
+    n_baselines: int | None = None,
     n_steps: int = EIG_DEFAULTS[1],
     method: str = EIG_DEFAULTS[2],
     multiply_by_inputs: bool = True,
@@ -245,8 +245,9 @@ def expected_integrated_gradients(
         ``"dinuc_shuffle"`` (keeps every dinucleotide count), ``"shuffle"``, ``"random"``,
         ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])`` shared by all
         sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or ``fn(x, n_baselines, rng)``.
-    n_baselines : int
-        Baselines per sequence (constant baselines collapse to one: they are all equal).
+    n_baselines : int, optional
+        Baselines per sequence; default 64, or the count of an array of baselines (constant
+        baselines collapse to one: they are all equal).
     n_steps : int
         Points (Gauss-Legendre) or intervals (trapezoid) of each path integral.
     method : str
@@ -292,8 +293,10 @@ def expected_integrated_gradients(
         The baselines each sequence used (also stored in ``out`` files).
     """
     func = "expected_integrated_gradients"
-    n_baselines, n_steps, method = eig_preset(preset, (n_baselines, n_steps, method), func)
-    n_baselines = check_positive_int(n_baselines, "n_baselines", func)
+    given = n_baselines
+    sampling = (EIG_DEFAULTS[0] if given is None else given, n_steps, method)
+    default, n_steps, method = eig_preset(preset, sampling, func)
+    n_baselines = baseline_count(baselines, given, default, func)
     options = RunOptions.from_arguments(func, locals())
     gradient_method = GradientMethod(
         func=func,

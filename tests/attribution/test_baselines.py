@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from conftest import LENGTH, make_model
-from helpers import CLOSED_FORM, assert_close
+from helpers import CLOSED_FORM, FLOAT32, assert_close
 from models import random_one_hot
 
 import seqattrib as sa
@@ -94,4 +94,42 @@ def test_constant_baselines_collapse_to_one(linear_weights):
     )
     assert_close(
         eig, sa.integrated_gradients(model, X, baselines="uniform", n_steps=4), CLOSED_FORM
+    )
+
+
+# ------------------------------------------------------------- arrays carry their own count
+def test_deep_lift_shap_takes_the_count_of_an_array_of_references(conv_weights):
+    """(N, 8, L, 4) references without n_baselines: DeepSHAP is the mean over the 8 of
+    DeepLIFT with each reference alone."""
+    model = make_model("torch", "convnet", conv_weights, "NLC")
+    X = random_one_hot(3, LENGTH, seed=21)
+    refs = np.stack([random_one_hot(8, LENGTH, seed=30 + i) for i in range(3)])
+    shap = sa.deep_lift_shap(model, X, baselines=refs, target=1)
+    alone = [sa.deep_lift_shap(model, X, baselines=refs[:, j : j + 1], target=1) for j in range(8)]
+    assert_close(shap, np.mean(alone, axis=0), FLOAT32)
+
+
+def test_eig_takes_the_count_of_a_shared_array_of_baselines(conv_weights):
+    """(5, L, 4) baselines without n_baselines: EIG is the mean of IG from each of them, with
+    EIG's rule."""
+    model = make_model("torch", "convnet", conv_weights, "NLC")
+    X = random_one_hot(3, LENGTH, seed=22)
+    refs = random_one_hot(5, LENGTH, seed=23)
+    eig = sa.expected_integrated_gradients(model, X, baselines=refs)
+    ig = [
+        sa.integrated_gradients(model, X, baselines=b, n_steps=3, method="gausslegendre")
+        for b in refs
+    ]
+    assert_close(eig, np.mean(ig, axis=0), FLOAT32)
+
+
+@pytest.mark.parametrize("func", [sa.deep_lift_shap, sa.expected_integrated_gradients])
+def test_an_explicit_count_that_contradicts_the_array_is_refused(conv_weights, func):
+    model = make_model("torch", "convnet", conv_weights, "NLC")
+    X = random_one_hot(2, LENGTH, seed=24)
+    refs = np.stack([random_one_hot(8, LENGTH, seed=40 + i) for i in range(2)])
+    with pytest.raises(ValueError, match=r"'n_baselines' parameter .*None or 8.*Got 20 .*Drop"):
+        func(model, X, baselines=refs, n_baselines=20)
+    np.testing.assert_array_equal(
+        func(model, X, baselines=refs, n_baselines=8), func(model, X, baselines=refs)
     )
