@@ -4,7 +4,14 @@ The lock is an OS lock (``flock``, or POSIX ``lockf`` where a file system lacks 
 the sidecar, so it ends with the process that holds it, however that process ends: a lock left
 by a killed run never blocks the rerun that resumes it. The sidecar names its holder (host,
 pid, start time) for the message a second writer gets, and is removed when the holder
-releases the lock. Readers never take it.
+releases the lock. The sidecar is opened without following links, and must be a regular file:
+a link planted there never leads the writer to another file.
+
+The sidecar is named after the path, so a second name of the same file (a hard link) has
+another. While it writes into a file, a writer therefore also locks the file itself, by its
+identity (an open-file-description lock on Linux, which does not interact with the locks
+HDF5 takes): a second writer reaching the same file under another name is refused too.
+Readers never take either lock.
 """
 
 from __future__ import annotations
@@ -12,9 +19,11 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
+import struct
 import time
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from .._errors import SeqAttribWarning, parameter_error
 
@@ -33,8 +42,41 @@ class WriteLock:
     def __init__(self, path: str, fd: int | None) -> None:
         self.path = path
         self.fd = fd
+        self.data_fd: int | None = None
+
+    def hold_file(self, path: str, func: str, param: str = "out") -> None:
+        """Also lock the file ``path`` itself (whatever name leads to it), or raise if another
+        process writes it under another name (a hard link)."""
+        try:
+            fd = _open_checked(path, os.O_RDWR, func, param, "file")
+        except OSError as exc:
+            if exc.errno in READ_ONLY:
+                return  # this process cannot write the file: its writer's open says so
+            raise
+        try:
+            taken = _lock_identity(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
+            os.close(fd)
+            raise parameter_error(
+                func,
+                param,
+                "a file that no other process is writing",
+                f"{path!r}, which another process is writing under another name (a hard link)",
+                "Wait for that run to end or stop it, or write to another path.",
+                error=BlockingIOError,
+                described=True,
+            )
+        if self.data_fd is not None:
+            os.close(self.data_fd)
+        self.data_fd = fd
 
     def release(self) -> None:
+        if self.data_fd is not None:
+            os.close(self.data_fd)
+            self.data_fd = None
         if self.fd is None:
             return
         try:
@@ -85,6 +127,60 @@ def _lock(fd: int, path: str) -> bool:
     return True
 
 
+def _lock_identity(fd: int) -> bool:
+    """An exclusive open-file-description lock on the file of ``fd``: True if taken (or the
+    system has no such locks), False if another writer holds it."""
+    import fcntl
+
+    command = getattr(fcntl, "F_OFD_SETLK", None)
+    if command is None:  # pragma: no cover - not Linux: the lock beside the path alone
+        return True
+    # struct flock: l_type, l_whence, l_start, l_len (0: to the end of the file), l_pid
+    request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        fcntl.fcntl(fd, command, request)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            return False
+        if exc.errno in _UNSUPPORTED:
+            return True
+        raise
+
+
+def _open_checked(path: str, flags: int, func: str, param: str, what: str) -> int:
+    """Open ``path`` without following a link at its end; it must be a regular file."""
+    extra = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fix = "Remove it (it is not a file seqattrib wrote) or write to another path."
+    try:
+        fd = os.open(path, flags | extra, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(func, param, path, what, "a symbolic link", fix) from exc
+        if exc.errno == errno.EISDIR:
+            raise _refuse(func, param, path, what, "a folder", fix) from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refuse(func, param, path, what, "not a regular file", fix)
+    return fd
+
+
+def _refuse(func: str, param: str, path: str, what: str, got: str, fix: str) -> OSError:
+    return cast(
+        OSError,
+        parameter_error(
+            func,
+            param,
+            f"a path whose {what} is a regular file",
+            f"{path!r}, {got}",
+            fix,
+            error=OSError,
+            described=True,
+        ),
+    )
+
+
 def acquire(path: str, func: str, param: str = "out") -> WriteLock | None:
     """Lock ``path`` for writing, or raise naming the process that holds it.
 
@@ -94,11 +190,20 @@ def acquire(path: str, func: str, param: str = "out") -> WriteLock | None:
     sidecar = lock_path(os.path.realpath(path))  # one lock whatever link leads to the file
     while True:
         try:
-            fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = _open_checked(sidecar, os.O_RDWR | os.O_CREAT, func, param, "lock file")
         except OSError as exc:
             if exc.errno in READ_ONLY:
                 return None
-            raise
+            if exc.errno is None:  # refused above, in one line
+                raise
+            raise _refuse(
+                func,
+                param,
+                sidecar,
+                "lock file",
+                f"which cannot be created ({os.strerror(exc.errno)})",
+                "Free space or fix the folder's permissions, or write to another folder.",
+            ) from exc
         try:
             taken = _lock(fd, sidecar)
         except BaseException:

@@ -29,7 +29,7 @@ _ROWS = ("attributions", "sequences", "delta", "row_hashes")
 def _read_shard(path: Path) -> dict[str, Any]:
     func = "merge_tracks"
     with open_tracks(path, func, "shards") as f:
-        settings = json.loads(f.attrs["settings"])
+        settings = f.json_attribute("settings")
         done = int(f.attrs["n_completed"])
         info = {
             "path": path,
@@ -37,7 +37,7 @@ def _read_shard(path: Path) -> dict[str, Any]:
             "format": str(f.attrs["format"]),
             "model": str(f.attrs.get("model_fingerprint", "")),
             "output_fn": str(f.attrs.get("output_fn", "")),
-            "provenance": json.loads(f.attrs.get("provenance", "{}")),
+            "provenance": f.json_attribute("provenance", "{}"),
             "regions": "regions" in f,
         }
     if "shard" not in settings:
@@ -181,6 +181,7 @@ def _write_merged(h5py: Any, infos: list[dict[str, Any]], out: Path, total: int)
     """Copy the shards into ``out.partial``, check the regions, then rename it to ``out``."""
     partial = out.with_name(out.name + ".partial")
     try:
+        _remove(partial)  # left by a merge that died (or a link: never written through)
         dst = h5py.File(partial, "w", libver=LIBVER)
     except OSError as exc:
         _remove(partial)
@@ -191,7 +192,7 @@ def _write_merged(h5py: Any, infos: list[dict[str, Any]], out: Path, total: int)
         starts: list[np.ndarray] = []
         ends: list[np.ndarray] = []
         for info in infos:
-            with h5py.File(info["path"], "r", swmr=True) as f:
+            with open_tracks(info["path"], "merge_tracks", "shards") as f:
                 regions = _copy_shard(f, written, info["shard"]["start"])
             if regions is not None:
                 chrom += regions[0]
@@ -228,7 +229,7 @@ def _create_like(h5py: Any, dst: Any, infos: list[dict[str, Any]], total: int) -
     Datasets are kept open until the end: closing one flushes its chunks, and h5py reports a
     failure there (a full disk) nowhere; writes fail in ``flush`` instead."""
     written: dict[str, Any] = {}
-    with h5py.File(infos[0]["path"], "r", swmr=True) as src:
+    with open_tracks(infos[0]["path"], "merge_tracks", "shards") as src:
         for name in _ROWS:
             if name in src:
                 d = src[name]
@@ -282,7 +283,7 @@ def _copy_shard(
 
 
 def _remove(path: Path) -> None:
-    if path.exists():
+    if os.path.lexists(path):
         path.unlink()
 
 

@@ -266,28 +266,26 @@ def open_track_writer(
     if not isinstance(overwrite, bool):
         raise parameter_error(func, "overwrite", "True or False", overwrite, error=TypeError)
     n = source.n_sequences
+    track_regions = None
+    if regions is not None:
+        track_regions = TrackRegions.coerce(regions, n, func)
+        _check_widths(track_regions, source.length, func)
     identity = FileIdentity(
         json.loads(_settings_text(settings)),
         model_fingerprint,
         str(output_fn),
         {str(k): str(v) for k, v in sorted((provenance or {}).items())},
-        TrackRegions.coerce(regions, n, func) if regions is not None else None,
+        track_regions,
+        {name: (row[1:] if squeeze else row) for name, row in shapes.items()},
     )
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise parameter_error(
-            func, "out", "a path in an existing folder", path, f"Create {directory} first."
-        )
+    _check_out(path, func)
     held = _lock.acquire(path, func)
     if held is None:
-        return _reuse_read_only(
-            h5py, path, func, source, squeeze, identity, seed, adopt_seed, overwrite
-        )
+        return _reuse_read_only(path, func, source, squeeze, identity, seed, adopt_seed, overwrite)
     try:
-        if os.path.exists(path + ".creating"):  # left by a run killed while creating the file
-            os.remove(path + ".creating")
-        if os.path.exists(path) and overwrite:
-            os.remove(path)
+        _remove(path + ".creating", func, path)  # left by a run killed while creating the file
+        if overwrite:
+            _remove(path, func, path)
         if os.path.exists(path):
             return _resume(h5py, path, func, source, squeeze, identity, seed, adopt_seed, held)
         writer = _create(
@@ -298,6 +296,69 @@ def open_track_writer(
         held.release()
         raise
     return writer, seed
+
+
+def _check_out(path: str, func: str) -> None:
+    """Refuse an ``out`` that cannot name a results file: empty, a folder, a link to nothing,
+    or a path in a folder that does not exist."""
+    if not path:
+        raise parameter_error(func, "out", "a file path", path, "Pass e.g. out='tracks.h5'.")
+    if os.path.isdir(path):
+        raise parameter_error(
+            func,
+            "out",
+            "a file path, not a folder",
+            path,
+            f"Pass e.g. out={os.path.join(path, 'tracks.h5')!r}.",
+        )
+    if os.path.islink(path) and not os.path.exists(path):
+        raise parameter_error(
+            func,
+            "out",
+            "a new path, or a link to an existing file",
+            f"{path!r}, a link to the missing {os.path.realpath(path)!r}",
+            "Remove the link, or pass the path it should lead to.",
+            described=True,
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise parameter_error(
+            func, "out", "a path in an existing folder", path, f"Create {directory} first."
+        )
+
+
+def _check_widths(regions: TrackRegions, length: int, func: str) -> None:
+    """Every region must span as many bases as a row of X."""
+    widths = regions.end - regions.start
+    wrong = np.flatnonzero(widths != length)
+    if len(wrong):
+        i = int(wrong[0])
+        raise parameter_error(
+            func,
+            "regions",
+            f"regions as wide as the sequences ({length} bases)",
+            f"region {i} ({regions.label(i)}), {int(widths[i])} bases wide",
+            "Pass the windows the sequences were cut from (e.g. seqattrib.io.extract_windows).",
+            described=True,
+        )
+
+
+def _remove(name: str, func: str, path: str) -> None:
+    """Remove the file ``name`` if it exists (a leftover, or ``path`` under overwrite)."""
+    if not os.path.lexists(name):
+        return
+    try:
+        os.remove(name)
+    except OSError as exc:
+        raise parameter_error(
+            func,
+            "out",
+            "a path whose file this process can replace",
+            f"{path!r}: removing {name!r} failed ({os.strerror(exc.errno or 0)})",
+            "Remove it yourself or choose another path.",
+            error=OSError,
+            described=True,
+        ) from exc
 
 
 def _create(
@@ -326,6 +387,7 @@ def _create(
             os.remove(temp)
         raise _write_error(func, path, "creating the file", exc, 0) from exc
     try:
+        held.hold_file(temp, func)  # the file itself, whatever name will lead to it
         for name, row in rows.items():
             f.create_dataset(
                 name,
@@ -406,11 +468,12 @@ def _resume(
     adopt_seed: bool,
     held: _lock.WriteLock,
 ) -> tuple[TrackWriter, int]:
+    held.hold_file(os.path.realpath(path), func)  # refused if written under another name
     try:
         clear_write_flags(path)  # stale: we hold the lock, so their writer is gone
     except OSError:
         pass  # not writable here, or not an HDF5 file: the checks below say which
-    done, stored_seed = inspect(h5py, path, func, source, identity)
+    done, stored_seed = inspect(path, func, source, identity)
     use_seed = stored_seed if adopt_seed else seed
     if done == source.n_sequences:
         held.release()  # finished: reused as it is, nothing is written
@@ -432,7 +495,6 @@ def _resume(
 
 
 def _reuse_read_only(
-    h5py: Any,
     path: str,
     func: str,
     source: SequenceSource,
@@ -454,7 +516,7 @@ def _reuse_read_only(
             error=PermissionError,
             described=True,
         )
-    done, stored_seed = inspect(h5py, path, func, source, identity)
+    done, stored_seed = inspect(path, func, source, identity)
     if done < source.n_sequences:
         raise parameter_error(
             func,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +30,13 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._optional import import_optional
+from ._hdf5 import damaged, is_hdf5, open_read, short_reason
 
 FORMAT = "seqattrib.tracks/2"
 #: Formats the readers accept (version 1 files have no fingerprints and are never resumed).
 READABLE_FORMATS = ("seqattrib.tracks/1", FORMAT)
 
 
-@dataclass
 @dataclass
 class TrackRegions:
     """Genome coordinates of the rows of X (0-based, end exclusive)."""
@@ -76,22 +76,100 @@ class TrackRegions:
         return f"{self.chrom[i]}:{self.start[i]}-{self.end[i]}"
 
 
-def open_tracks(path: str | os.PathLike[str], func: str, param: str) -> Any:
-    """Open a tracks file for reading (no lock; SWMR, so a file being written opens too) after
-    checking its format and its completed row count. The caller closes it."""
-    h5py = import_optional("h5py")
+#: The way out of a damaged tracks file, in the message of every reader.
+DAMAGED_FIX = "Delete it and rerun the job that wrote it (or rerun it with overwrite=True)."
+#: Datasets every tracks file has (``row_hashes`` since format 2).
+_REQUIRED = ("attributions", "sequences")
+
+
+class TracksFile:
+    """An open tracks file (or a group, dataset or attributes in it) whose reads report a
+    damaged file on one line: a missing dataset or attribute, or data HDF5 cannot read.
+
+    It reads like the h5py object it wraps (``f["attributions"][a:b]``, ``f.attrs[...]``,
+    ``"delta" in f``) and closes like it (``with``, ``close``).
+    """
+
+    def __init__(self, obj: Any, h5py: Any, path: str, func: str, param: str) -> None:
+        self._obj = obj
+        self._h5py = h5py
+        self._where = (path, func, param)
+
+    def _wrap(self, value: Any) -> Any:
+        h5py = self._h5py
+        if isinstance(value, (h5py.Group, h5py.Dataset, h5py.AttributeManager)):
+            return TracksFile(value, h5py, *self._where)
+        return value
+
+    def _call(self, function: Any, *args: Any) -> Any:
+        try:
+            return self._wrap(function(*args))
+        except (OSError, RuntimeError, KeyError) as exc:
+            path, func, param = self._where
+            missing = isinstance(exc, KeyError)
+            detail = f"it lacks {exc.args[0]!r}" if missing and exc.args else short_reason(exc)
+            raise damaged(func, param, path, detail, DAMAGED_FIX) from exc
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._call(self._obj.__getitem__, key)
+
+    def __contains__(self, key: str) -> bool:
+        return bool(self._call(self._obj.__contains__, key))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._call(list, self._obj))
+
+    def __len__(self) -> int:
+        return int(self._call(len, self._obj))
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._call(getattr, self._obj, name)
+        if callable(value) and not isinstance(value, TracksFile):
+            return lambda *args: self._call(value, *args)
+        return value
+
+    def has_dataset(self, name: str) -> bool:
+        """Whether ``name`` is a dataset of this file or group."""
+        return name in self and isinstance(self._obj[name], self._h5py.Dataset)
+
+    def json_attribute(self, key: str, default: str | None = None) -> Any:
+        """The attribute ``key`` parsed as JSON (``default`` when it is absent)."""
+        text = self.attrs[key] if default is None else self.attrs.get(key, default)
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            path, func, param = self._where
+            detail = f"its {key!r} attribute is not JSON"
+            raise damaged(func, param, path, detail, DAMAGED_FIX) from exc
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def close(self) -> None:
+        self._obj.close()
+
+    def __enter__(self) -> TracksFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_tracks(path: str | os.PathLike[str], func: str, param: str) -> TracksFile:
+    """Open a tracks file for reading (no lock; a file being written opens too) after checking
+    its format, its datasets and its completed row count. A damaged or truncated file is
+    refused at once. The caller closes it."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise parameter_error(
             func, param, "an existing tracks file", path, error=FileNotFoundError, described=True
         )
-    try:
-        f = h5py.File(path, "r", swmr=True)
-    except OSError as exc:
+    if not is_hdf5(path):
         raise parameter_error(
             func, param, "a tracks file written with out=", f"an unreadable file {path!r}",
-            described=True,
-        ) from exc  # fmt: skip
+            "It is not an HDF5 file.", described=True,
+        )  # fmt: skip
+    f = open_hdf5(path, func, param)
     try:
         check_tracks(f, path, func, param)
     except BaseException:
@@ -100,12 +178,28 @@ def open_tracks(path: str | os.PathLike[str], func: str, param: str) -> Any:
     return f
 
 
-def check_tracks(f: Any, path: str, func: str, param: str) -> int:
-    """The completed row count of an open tracks file, after checking format and counts."""
+def open_hdf5(path: str, func: str, param: str) -> TracksFile:
+    """Open an HDF5 file for reading, unchecked; a damaged or truncated one is refused."""
+    h5py = import_optional("h5py")
+    return TracksFile(open_read(h5py, path, func, param, DAMAGED_FIX), h5py, path, func, param)
+
+
+def check_tracks(f: TracksFile, path: str, func: str, param: str) -> int:
+    """The completed row count of an open tracks file, after checking its format, datasets,
+    settings and counts."""
     if f.attrs.get("format") not in READABLE_FORMATS:
         raise parameter_error(
             func, param, "a tracks file written with out=", os.fspath(path), described=True
         )
+    required = _REQUIRED + (("row_hashes",) if f.attrs["format"] == FORMAT else ())
+    for name in required:
+        if not f.has_dataset(name):
+            detail = f"it lacks the {name!r} dataset"
+            raise damaged(func, param, path, detail, DAMAGED_FIX)
+    settings = f.json_attribute("settings")
+    if not isinstance(settings, dict) or "targets" not in settings:
+        detail = "its 'settings' attribute is not the settings of a run"
+        raise damaged(func, param, path, detail, DAMAGED_FIX)
     done = f.attrs.get("n_completed")
     names = ("attributions", "sequences", "delta", "row_hashes")
     rows = [len(f[name]) for name in names if name in f]
@@ -166,9 +260,15 @@ def read_tracks(path: str | os.PathLike[str], rows: slice | None = None) -> Trac
         ``attributions`` (n, [K,] L, 4) float32 in the layout of X, ``sequences`` (n, L, 4)-like
         as float32, ``delta`` or None, ``regions`` or None, and the file's attributes.
     """
-    with open_tracks(path, "read_tracks", "path") as f:
+    func = "read_tracks"
+    if rows is not None and not isinstance(rows, slice):
+        raise parameter_error(
+            func, "rows", "None or a slice", rows, "Pass e.g. rows=slice(5, 6) for row 5.",
+            error=TypeError,
+        )  # fmt: skip
+    with open_tracks(path, func, "path") as f:
         done = int(f.attrs["n_completed"])
-        select = range(done)[rows if rows is not None else slice(None)]
+        select = _select(done, rows)
         part = slice(select.start, select.stop, select.step) if len(select) else slice(0, 0)
         attributions = f["attributions"][part]
         sequences = f["sequences"][part].astype(np.float32)
@@ -178,8 +278,35 @@ def read_tracks(path: str | os.PathLike[str], rows: slice | None = None) -> Trac
             g = f["regions"]
             chrom = decode_strings(g["chrom"][part])
             regions = TrackRegions(chrom, g["start"][part], g["end"][part])
-        attrs = {
-            key: (value.item() if isinstance(value, np.generic) else value)
-            for key, value in f.attrs.items()
-        }
+        attrs = {key: plain(value) for key, value in f.attrs.items()}
     return Tracks(attributions, sequences, delta, regions, attrs)
+
+
+def _select(done: int, rows: slice | None) -> range:
+    """The completed rows a slice selects; a slice starting past them, or going backwards,
+    is refused."""
+    if rows is None:
+        return range(done)
+    try:
+        select = range(done)[rows]
+    except (TypeError, ValueError) as exc:
+        raise parameter_error(
+            "read_tracks", "rows", "a slice of integers", rows, error=TypeError
+        ) from exc
+    if select.step < 0:
+        raise parameter_error(
+            "read_tracks",
+            "rows",
+            "a slice with a positive step",
+            rows,
+            "Reverse the rows after reading.",
+        )
+    if rows.start is not None and rows.start > done:
+        raise parameter_error(
+            "read_tracks",
+            "rows",
+            f"a slice within the {done} completed rows",
+            rows,
+            f"Pass rows that start at most at {done}.",
+        )
+    return select

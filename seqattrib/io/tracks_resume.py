@@ -4,7 +4,6 @@ refusal naming what differs."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +12,18 @@ import numpy as np
 from .._errors import parameter_error
 from .._validation import first_difference
 from ..engine.source import SequenceSource
+from ._hdf5 import damaged, is_hdf5
 from .fingerprint import row_hashes
-from .tracks_format import FORMAT, READABLE_FORMATS, TrackRegions, check_tracks, decode_strings
+from .tracks_format import (
+    DAMAGED_FIX,
+    FORMAT,
+    READABLE_FORMATS,
+    TrackRegions,
+    TracksFile,
+    check_tracks,
+    decode_strings,
+    open_hdf5,
+)
 
 FIX = "Pass overwrite=True to replace it, or choose another path."
 #: Rows of X hashed at a time when checking them against a file.
@@ -30,6 +39,8 @@ class FileIdentity:
     output_fn: str
     provenance: dict[str, str]
     regions: TrackRegions | None
+    #: Row shape of every streamed output, e.g. ``{"attributions": (K, L, 4)}``.
+    streams: dict[str, tuple[int, ...]]
 
 
 def refuse(func: str, path: str, got: str, expected: str = "") -> Exception:
@@ -44,23 +55,20 @@ def refuse(func: str, path: str, got: str, expected: str = "") -> Exception:
 
 
 def inspect(
-    h5py: Any, path: str, func: str, source: SequenceSource, identity: FileIdentity
+    path: str, func: str, source: SequenceSource, identity: FileIdentity
 ) -> tuple[int, int]:
     """(completed rows, stored seed) of an existing file, after checking it was written for
     this job: settings, model, output function, provenance, regions and the rows of X."""
-    try:
-        f = h5py.File(path, "r", swmr=True)
-    except OSError as exc:
-        raise refuse(
-            func, path, "an unreadable file", "a new path or a seqattrib tracks file"
-        ) from exc
-    with f:
+    if not is_hdf5(path):
+        raise refuse(func, path, "an unreadable file", "a new path or a seqattrib tracks file")
+    with open_hdf5(path, func, "out") as f:
         if f.attrs.get("format") not in READABLE_FORMATS:
             raise refuse(
                 func, path, "the existing file", "a new path or a seqattrib tracks file to resume"
             )
         done = check_tracks(f, path, func, "out")
-        stored = json.loads(f.attrs["settings"])
+        _check_streams(f, path, func, identity.streams)
+        stored = f.json_attribute("settings")
         key = first_difference(stored, identity.settings)
         if key is not None:
             raise refuse(
@@ -88,7 +96,7 @@ def inspect(
             raise refuse(
                 func, path, f"written with output_fn {output_fn} (now {identity.output_fn})"
             )
-        provenance = json.loads(f.attrs["provenance"])
+        provenance = f.json_attribute("provenance")
         key = first_difference(provenance, identity.provenance)
         if key is not None:
             was, now = provenance.get(key), identity.provenance.get(key)
@@ -98,6 +106,18 @@ def inspect(
         _check_regions(f, path, func, identity.regions)
         _check_rows(f, path, func, source, done)
         return done, int(f.attrs["seed"])
+
+
+def _check_streams(
+    f: TracksFile, path: str, func: str, streams: dict[str, tuple[int, ...]]
+) -> None:
+    """Every output this run streams is in the file, with its row shape."""
+    for name, row in streams.items():
+        if not f.has_dataset(name):
+            raise damaged(func, "out", path, f"it lacks the {name!r} dataset", DAMAGED_FIX)
+        if tuple(f[name].shape[1:]) != tuple(row):
+            detail = f"its {name!r} rows have shape {tuple(f[name].shape[1:])}, not {tuple(row)}"
+            raise damaged(func, "out", path, detail, DAMAGED_FIX)
 
 
 def _short(value: str | None) -> str:

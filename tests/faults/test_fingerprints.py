@@ -101,9 +101,9 @@ def test_other_regions_are_refused_on_resume(models_ab, X, tmp_path):
     regions = SimpleNamespace(chrom=["chr1"] * N, start=start, end=start + LENGTH)
     path = tmp_path / "t.h5"
     _partial(a, X, path, blocks=1, regions=regions)
-    moved = SimpleNamespace(chrom=["chr1"] * N, start=start, end=start + LENGTH)
-    moved.start = start.copy()
+    moved = SimpleNamespace(chrom=["chr1"] * N, start=start.copy(), end=start + LENGTH)
     moved.start[7] += 1
+    moved.end[7] += 1
     with pytest.raises(ValueError, match=r"other regions \(row 7: chr1:700-724, now chr1:701"):
         sa.saliency(a, X, out=path, regions=moved)
     with pytest.raises(ValueError, match=r"written with regions \(now none\)"):
