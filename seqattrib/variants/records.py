@@ -68,6 +68,7 @@ def open_records(variants: Any, func: str) -> Records:
         lower = path.lower()
         if lower.endswith(VCF_SUFFIXES):
             import_optional("pysam")
+            _check_compression(path, func)
             return lambda: _vcf_records(path, func)
         if lower.endswith(TABLE_SUFFIXES):
             header = _table_header(path, func)
@@ -85,17 +86,42 @@ def open_records(variants: Any, func: str) -> Records:
 
 
 # --------------------------------------------------------------------------- VCF and BCF
+def _check_compression(path: str, func: str) -> None:
+    """Refuse a VCF compressed with plain gzip: htslib reads only bgzip's blocked gzip (BGZF),
+    whose first member carries an extra field with the subfield ``BC``."""
+    with open(path, "rb") as handle:
+        head = handle.read(18)
+    if head[:3] != b"\x1f\x8b\x08":
+        return  # not gzip: plain text or BCF, read by htslib
+    bgzf = head[3] & 4 and len(head) >= 14 and head[12:14] == b"BC"
+    if bgzf:
+        return
+    name = os.path.basename(path)
+    stem = name[:-3] if name.lower().endswith(".gz") else name
+    raise parameter_error(
+        func,
+        "variants",
+        "a VCF that is plain text or compressed with bgzip (blocked gzip, which htslib reads)",
+        f"{path!r}, compressed with plain gzip",
+        f"Recompress it with bgzip (zcat {name} | bgzip > {stem}.bgz), or pass it uncompressed "
+        f"(bgzip -d {name}, or gunzip).",
+        described=True,
+    )
+
+
 def _vcf_records(path: str, func: str) -> Iterator[Record]:
     pysam = import_optional("pysam")
     quiet = pysam.set_verbosity(0)  # no htslib notes about a missing index or header contigs
     try:
         handle = pysam.VariantFile(path, "r")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, NotImplementedError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
         raise parameter_error(
             func,
             "variants",
             "a readable VCF or BCF file",
-            f"{path!r} ({exc})",
+            f"{path!r} ({reason})",
+            "Check the file with bcftools view.",
             described=True,
         ) from exc
     finally:
@@ -108,12 +134,13 @@ def _vcf_records(path: str, func: str) -> Iterator[Record]:
                 rec = next(records)
             except StopIteration:
                 return
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, NotImplementedError) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
                 raise parameter_error(
                     func,
                     "variants",
                     "a readable VCF or BCF file",
-                    f"{path!r}, whose record after {last} cannot be read ({exc})",
+                    f"{path!r}, whose record after {last} cannot be read ({reason})",
                     "Check the file with bcftools view.",
                     described=True,
                 ) from exc

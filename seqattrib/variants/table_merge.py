@@ -196,8 +196,16 @@ def _merge_companions(paths: list[str], out: str, kinds: list[str], overwrite: b
         if kind == "skipped":
             source = next(companion(p, kind) for p in paths if os.path.exists(companion(p, kind)))
             partial = companion(out, kind) + ".new"
-            shutil.copyfile(source, partial)
-            os.replace(partial, companion(out, kind))
+            try:
+                shutil.copyfile(source, partial)
+                os.replace(partial, companion(out, kind))
+            except OSError as exc:
+                if os.path.exists(partial):
+                    os.remove(partial)
+                fix = "Free space (or fix the disk) and merge again with overwrite=True."
+                raise disk_error(
+                    "merge_effects", companion(out, kind), "copying the skipped list", exc, fix
+                ) from exc
         else:
             tracks = [companion(p, kind) for p in paths]
             merge_tracks(tracks, companion(out, kind), overwrite=overwrite)
