@@ -22,11 +22,24 @@ _EXTRAS = {
 }
 
 
+def install_hint(name: str) -> str:
+    """How to install the optional dependency ``name``, e.g. ``pip install 'seqattrib[bigwig]'``."""
+    extra = _EXTRAS.get(name, "")
+    return f"pip install 'seqattrib[{extra}]'" if extra else f"pip install {name}"
+
+
 def import_optional(name: str) -> ModuleType:
     """Import ``name`` or raise ImportError saying how to install it."""
     try:
         return importlib.import_module(name)
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        extra = _EXTRAS.get(name, "")
-        hint = f"pip install 'seqattrib[{extra}]'" if extra else f"pip install {name}"
-        raise ImportError(f"seqattrib needs {name!r} for this: {hint}") from exc
+    except ImportError as exc:
+        raise ImportError(f"seqattrib needs {name!r} for this: {install_hint(name)}") from exc
+
+
+def available(name: str) -> bool:
+    """Whether the optional dependency ``name`` can be imported."""
+    try:
+        import_optional(name)
+    except ImportError:
+        return False
+    return True

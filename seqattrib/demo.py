@@ -8,25 +8,33 @@ end. ``seqattrib.demo:torch_model`` and ``seqattrib.demo:keras_model`` name it f
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from ._errors import parameter_error
+from ._errors import SeqAttribWarning, parameter_error
+from ._optional import available, install_hint
 from .loader import DEMO_LENGTH as LENGTH
 from .loader import demo_keras_model, demo_torch_model
 
 TASKS = ("GATA", "Ebox", "CTCF")
+#: The demo model was trained on the first sequences of ``demo_sequences.fa``; the rest are
+#: held out (``data/make_demo.py``).
+N_TRAIN = 1600
 
 
 def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
     """The demo data folder: ``path``, ``$SEQATTRIB_DEMO_DATA``, the data installed with the
     package, or ``data/`` of a checkout."""
-    candidates = [path, os.environ.get("SEQATTRIB_DEMO_DATA"), _installed()]
-    candidates.append(Path(__file__).resolve().parents[1] / "data")
+    candidates: list[Any] = [path]
+    if path is None:  # a folder given is the only one looked at
+        candidates += [os.environ.get("SEQATTRIB_DEMO_DATA"), _installed()]
+        candidates.append(Path(__file__).resolve().parents[1] / "data")
     for candidate in candidates:
         if candidate is not None and (Path(candidate) / "demo_sequences.fa").exists():
             return Path(candidate)
@@ -85,10 +93,15 @@ def run_demo(
     framework: str = "torch",
     data: str | os.PathLike[str] | None = None,
     verbose: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """EIG on the demo model, then every export: tracks.h5, TF-MoDISco npz, bigWig, a logo.
 
-    The demo replaces the files it wrote in ``outdir`` before, so it can run again.
+    Only held-out sequences (the end of the demo file, which the model was not trained on) are
+    explained. Run again into the same folder, the demo reuses (or, interrupted, resumes) its
+    own ``tracks.h5`` and replaces its own other files; any other file of the names it writes
+    is refused unless ``overwrite=True``. Outputs whose optional dependency is missing (bigWig:
+    pyBigWig; the logo: matplotlib) are skipped, with a warning before the work starts.
 
     Returns what was written and the fraction of sequences whose top projected base lies in
     the planted motif of the explained task.
@@ -98,30 +111,57 @@ def run_demo(
     from .io import export_bigwig, export_modisco
     from .plot import plot_logo
 
+    func = "run_demo"
     demo = load_data(data)
+    held_out = len(demo["names"]) - N_TRAIN
+    if not 1 <= n_sequences <= held_out:
+        raise parameter_error(
+            func,
+            "n_sequences",
+            f"from 1 to {held_out}, the held-out demo sequences (the other {N_TRAIN} trained "
+            "the model, so their motif hit rates would not measure anything)",
+            n_sequences,
+            f"Pass at most {held_out}.",
+        )
+    skipped = {"bigWig tracks": "pyBigWig", "logo": "matplotlib"}
+    skipped = {what: name for what, name in skipped.items() if not available(name)}
+    for what, name in skipped.items():
+        warnings.warn(f"{what} skipped: {install_hint(name)}", SeqAttribWarning, stacklevel=2)
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    layout: Literal["NLC", "NCL"] = "NCL" if framework == "torch" else "NLC"
     model = torch_model() if framework == "torch" else keras_model()
+    products = [f"{task}_{kind}" for task in TASKS for kind in ("ohe.npz", "attr.npz")]
+    products += [f"{task}_regions.bed" for task in TASKS]
+    if "bigWig tracks" not in skipped:
+        products += [f"{task}.bw" for task in TASKS]
+    if "logo" not in skipped:
+        products.append("logo_GATA.png")
+    own = _check_outdir(outdir, ["tracks.h5", *products], model, demo, overwrite)
+    layout: Literal["NLC", "NCL"] = "NCL" if framework == "torch" else "NLC"
     test = np.arange(len(demo["names"]))[-n_sequences:]  # the held-out end of the file
     X = sa.one_hot([demo["sequences"][i] for i in test], layout=layout, dtype=np.int8)
     regions = demo["regions"].take(test)
     tick = time.perf_counter()
-    tracks = sa.expected_integrated_gradients(
-        model,
-        X,
+    eig = dict(
         target=[0, 1, 2],
         multiply_by_inputs=False,
         out=outdir / "tracks.h5",
         regions=regions,
-        overwrite=True,
         verbose=verbose,
     )
+    try:  # the demo's own file of this same run is reused, or resumed
+        tracks = sa.expected_integrated_gradients(model, X, overwrite=overwrite, **eig)
+    except ValueError:
+        if not own:
+            raise
+        tracks = sa.expected_integrated_gradients(model, X, overwrite=True, **eig)
     seconds = time.perf_counter() - tick
     assert isinstance(tracks, str)
     written = [Path(tracks)]
     written += export_modisco(tracks, outdir, class_names=TASKS, overwrite=True)
-    written += export_bigwig(tracks, outdir, demo["chrom_sizes"], class_names=TASKS, overwrite=True)
+    if "bigWig tracks" not in skipped:
+        written += export_bigwig(
+            tracks, outdir, demo["chrom_sizes"], class_names=TASKS, overwrite=True
+        )
     hypothetical = sa.io.read_tracks(tracks).attributions  # (N, 3, ...) hypothetical scores
     hits = {}
     for k, task in enumerate(TASKS):
@@ -129,17 +169,96 @@ def run_demo(
         scores = sa.project(hypothetical[positive, k], X[positive])
         top = scores.argmax(axis=1)
         start, end = demo["motif_starts"][test[positive], k], demo["motif_ends"][test[positive], k]
-        hits[task] = (float(np.mean((top >= start) & (top < end))), len(positive))
-    first = int(np.flatnonzero(demo["labels"][test, 0] > 0)[0])
-    s = int(demo["motif_starts"][test[first], 0])
-    contributions = hypothetical[first, 0] * X[first]
-    logo = outdir / "logo_GATA.png"
-    plot_logo(
-        contributions,
-        start=max(0, s - 20),
-        end=min(LENGTH, s + 30),
-        path=logo,
-        title=f"{demo['names'][test[first]]}: GATA task, planted motif at {s}",
-    )
-    written.append(logo)
-    return {"files": written, "hits": hits, "seconds": seconds, "n_sequences": len(test)}
+        inside = (top >= start) & (top < end)
+        hits[task] = (float(inside.mean()) if inside.size else float("nan"), len(positive))
+    if "logo" not in skipped:
+        first = int(np.flatnonzero(demo["labels"][test, 0] > 0)[0])
+        s = int(demo["motif_starts"][test[first], 0])
+        contributions = hypothetical[first, 0] * X[first]
+        logo = outdir / "logo_GATA.png"
+        plot_logo(
+            contributions,
+            start=max(0, s - 20),
+            end=min(LENGTH, s + 30),
+            path=logo,
+            title=f"{demo['names'][test[first]]}: GATA task, planted motif at {s}",
+        )
+        written.append(logo)
+    return {
+        "files": written,
+        "hits": hits,
+        "seconds": seconds,
+        "n_sequences": len(test),
+        "skipped": skipped,
+    }
+
+
+def _check_outdir(
+    outdir: Path, names: list[str], model: Any, demo: dict[str, Any], overwrite: bool
+) -> bool:
+    """Make ``outdir``, after refusing files of ``names`` there that are not the demo's own
+    (without ``overwrite``). Returns whether its ``tracks.h5`` is the demo's own."""
+    func = "run_demo"
+    if outdir.exists() and not outdir.is_dir():
+        raise parameter_error(
+            func,
+            "outdir",
+            "a folder (made if missing)",
+            f"{os.fspath(outdir)!r}, a file",
+            "Choose another folder name.",
+            error=FileExistsError,
+            described=True,
+        )
+    existing = [name for name in names if os.path.lexists(outdir / name)]
+    own = "tracks.h5" in existing and _own_tracks(outdir / "tracks.h5", model, demo)
+    if existing and not own and not overwrite:
+        raise parameter_error(
+            func,
+            "outdir",
+            "a folder without files of the names the demo writes, or the demo's own output",
+            f"{os.fspath(outdir)!r} holding {existing[0]} (not written by the demo)",
+            "Choose another folder, or pass overwrite=True to replace those files.",
+            error=FileExistsError,
+            described=True,
+        )
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise parameter_error(
+            func,
+            "outdir",
+            "a folder that can be made",
+            f"{os.fspath(outdir)!r} ({exc.strerror or exc})",
+            "Choose a folder on a writable disk.",
+            error=OSError,
+            described=True,
+        ) from exc
+    return own
+
+
+def _own_tracks(path: Path, model: Any, demo: dict[str, Any]) -> bool:
+    """Whether ``path`` holds tracks of an earlier demo run: the demo model's fingerprint, the
+    demo's settings and the regions of the held-out end of the demo sequences."""
+    from .backends import get_backend
+    from .io.fingerprint import model_fingerprint
+    from .io.tracks_format import decode_strings, open_tracks
+
+    try:
+        f = open_tracks(path, "run_demo", "outdir")
+    except (OSError, ValueError):
+        return False
+    with f:
+        settings = json.loads(f.attrs["settings"])
+        fingerprint = str(f.attrs.get("model_fingerprint", ""))
+        if "regions" not in f or settings.get("targets") != [0, 1, 2]:
+            return False
+        chrom = decode_strings(f["regions"]["chrom"][:])
+        start = np.asarray(f["regions"]["start"][:])
+    n = len(chrom)
+    if not 0 < n <= len(demo["names"]) - N_TRAIN or str(settings.get("method")) != (
+        "expected_integrated_gradients"
+    ):
+        return False
+    expected = demo["regions"].take(np.arange(len(demo["names"]))[-n:])
+    same_rows = list(map(str, expected.chrom)) == chrom and np.array_equal(expected.start, start)
+    return same_rows and fingerprint == model_fingerprint(model, get_backend(model).state)

@@ -86,15 +86,33 @@ def resolve_shard(
         except ValueError as exc:
             raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", text) from exc
     elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-        count = int(env["SLURM_ARRAY_TASK_COUNT"])
-    elif int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
-        index, count = int(env["RANK"]), int(env["WORLD_SIZE"])
+        index = _env_int(env, "SLURM_ARRAY_TASK_ID") - _env_int(env, "SLURM_ARRAY_TASK_MIN", 0)
+        count = _env_int(env, "SLURM_ARRAY_TASK_COUNT")
+    elif _env_int(env, "WORLD_SIZE", 1) > 1 and "RANK" in env:
+        index, count = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
     else:
         return None
     if not 0 <= index < count:
         raise parameter_error("seqattrib", "--shard", "i/n with 0 <= i < n", f"{index}/{count}")
     return index, count
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """The integer in environment variable ``name`` (set by SLURM or torchrun)."""
+    text = env.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise parameter_error(
+            "seqattrib",
+            "--shard",
+            f"given, or the shard taken from an integer environment variable {name}",
+            f"{name}={text!r}",
+            f"Pass --shard i/n, or set {name} to an integer (or unset it).",
+            described=True,
+        ) from None
 
 
 def check_complete(func: str, path: Any, written: int, span: Mapping[str, int], unit: str) -> None:

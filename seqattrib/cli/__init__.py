@@ -11,15 +11,31 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
-from .commands import COMMANDS
-from .messages import cli_message, one_line_warnings
+from .commands import COMMANDS, interrupted
+from .messages import FlagError, cli_message, one_line_warnings
 from .parser import DESCRIPTION, EPILOG, Parser
 from .subcommands import SUBCOMMANDS
 
 __all__ = ["build_parser", "main"]
 
 #: Errors a command reports on one line (anything else is a bug and keeps its traceback).
-_ERRORS = (ValueError, TypeError, OSError, ImportError, KeyError, InterruptedError)
+_ERRORS = (ValueError, TypeError, OSError, ImportError, KeyError, InterruptedError, FlagError)
+#: The options that name files, and how a message names them.
+_PATH_FLAGS = {
+    "out": "--out",
+    "outdir": "--outdir",
+    "output": "--output",
+    "fasta": "--fasta",
+    "genome": "--genome",
+    "regions": "--regions",
+    "tracks": "TRACKS",
+    "alt": "--alt",
+    "data": "--data",
+    "chrom_sizes": "--chrom-sizes",
+    "vcf": "--vcf",
+    "table": "--table",
+    "weights": "--weights",
+}
 
 
 def build_parser() -> Parser:
@@ -33,9 +49,18 @@ def build_parser() -> Parser:
 
 
 def _context(args: object) -> dict[str, str]:
-    """Which flag gave a file that the library calls ``path``."""
+    """Which flag gave a file that the library calls ``path`` (and, from --fasta, the DNA that
+    the library calls ``genome``)."""
     fasta, genome = getattr(args, "fasta", None), getattr(args, "genome", None)
-    return {"path": "--fasta" if fasta else "--genome" if genome else "TRACKS"}
+    if fasta:
+        return {"path": "--fasta", "genome": "--fasta"}
+    return {"path": "--genome" if genome else "TRACKS"}
+
+
+def _paths(args: object) -> dict[str, str]:
+    """The paths given on the command line, each with its flag."""
+    given = {key: getattr(args, key, None) for key in _PATH_FLAGS}
+    return {str(value): _PATH_FLAGS[key] for key, value in given.items() if isinstance(value, str)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,7 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with one_line_warnings(prog):
         try:
             args.run(args)
+        except KeyboardInterrupt:
+            print(f"\n{prog}: interrupted: {interrupted(args)}", file=sys.stderr)
+            return 130
         except _ERRORS as exc:
-            print(f"{prog}: error: {cli_message(exc, _context(args))}", file=sys.stderr)
+            message = cli_message(exc, _context(args), _paths(args))
+            print(f"{prog}: error: {message}", file=sys.stderr)
             return 1
     return 0

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 from .._errors import parameter_error
+from .._optional import import_optional
 from ..loader import load_model, model_framework
 from ..shards import launch, resolve_shard, shard_path
+from .messages import reading
+
+#: The image formats ``seqattrib plot`` writes, by file name suffix.
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -22,7 +30,8 @@ def load_sequences(args: argparse.Namespace, layout: Literal["NLC", "NCL"]) -> t
             "seqattrib", "--fasta", "used without --genome and --regions", args.fasta
         )
     if args.fasta:
-        return fasta_windows(args.fasta, layout), None
+        with reading("--fasta", args.fasta, "path", "genome"):
+            return fasta_windows(args.fasta, layout), None
     missing = [
         flag
         for flag, value in (("--genome", args.genome), ("--regions", args.regions))
@@ -40,8 +49,10 @@ def load_sequences(args: argparse.Namespace, layout: Literal["NLC", "NCL"]) -> t
             "Pass --fasta seqs.fa, or --genome hg38.fa --regions peaks.bed --length 2114.",
             described=True,
         )
-    regions = read_regions(args.regions, length=args.length)
-    windows = genome_windows(args.genome, regions, args.length, layout)
+    with reading("--regions", args.regions, "path"):
+        regions = read_regions(args.regions, length=args.length)
+    with reading("--genome", args.genome, "path"):
+        windows = genome_windows(args.genome, regions, args.length, layout)
     return windows, windows.regions
 
 
@@ -162,6 +173,10 @@ def variants(args: argparse.Namespace) -> str:
             "Pass --vcf calls.vcf.gz, or --table variants.tsv (chrom, pos, ref, alt).",
             described=True,
         )
+    if args.vcf:
+        import_optional("pysam")
+    if args.out.lower().endswith(".parquet"):
+        import_optional("pyarrow.parquet")
     model = load_model(args.model, weights=args.weights)
     framework = model_framework(model)
     shard = args.shard if args.shard is not None else resolve_shard(None)
@@ -212,7 +227,6 @@ def export(args: argparse.Namespace) -> list[Path]:
     from ..io import export_bigwig, export_modisco
 
     names = args.class_names.split(",") if args.class_names else None
-    Path(args.outdir).mkdir(parents=True, exist_ok=True)
     if args.format == "modisco":
         paths = export_modisco(
             args.tracks, args.outdir, class_names=names, overwrite=args.overwrite
@@ -238,10 +252,8 @@ def plot(args: argparse.Namespace) -> Path:
     from ..io import read_tracks
     from ..plot import plot_ism, plot_logo
 
-    if Path(args.output).exists() and not args.overwrite:
-        raise parameter_error(
-            "seqattrib plot", "--overwrite", "given to replace", args.output, error=FileExistsError
-        )
+    _check_image(args)
+    import_optional("matplotlib")
     row, start, end = _plot_window(args)
     if args.alt:
         return _plot_variant(args, row, start, end)
@@ -261,15 +273,58 @@ def plot(args: argparse.Namespace) -> Path:
     where = f"{coordinates[0]}:{coordinates[1] + 1:,}" if coordinates else f"row {row}"
     title = f"{name}, {settings['method']} ({where})"
     axis = -1 if int(tracks.attrs["alphabet_axis"]) == -1 else 0  # of one row
-    draw = dict(start=start, end=end, alphabet_axis=axis, title=title, path=args.output)
-    if settings["method"] == "ism":
-        plot_ism(scores, coordinates=coordinates, **draw)
-    else:
-        if not settings.get("multiply_by_inputs", False):
-            scores = scores * tracks.sequences[0]  # hypothetical -> contributions
-        plot_logo(scores, coordinates=coordinates, **draw)
+    if settings["method"] != "ism" and not settings.get("multiply_by_inputs", False):
+        scores = scores * tracks.sequences[0]  # hypothetical -> contributions
+    draw = plot_ism if settings["method"] == "ism" else plot_logo
+    with _saved_image(args) as path:
+        draw(
+            scores,
+            start=start,
+            end=end,
+            alphabet_axis=axis,
+            title=title,
+            path=path,
+            coordinates=coordinates,
+        )
     print(args.output)
     return Path(args.output)
+
+
+def _check_image(args: argparse.Namespace) -> None:
+    """Refuse an image name without a known format, or an existing one without --overwrite."""
+    if Path(args.output).suffix.lower() not in IMAGE_SUFFIXES:
+        raise parameter_error(
+            "seqattrib plot",
+            "--output",
+            "an image file name ending in " + ", ".join(IMAGE_SUFFIXES),
+            args.output,
+            f"Add the format, e.g. -o {Path(args.output).stem or 'logo'}.png.",
+        )
+    if os.path.lexists(args.output) and not args.overwrite:
+        raise parameter_error(
+            "seqattrib plot",
+            "--output",
+            "a file that does not exist yet",
+            args.output,
+            "Pass --overwrite to replace it, or choose another name.",
+            error=FileExistsError,
+        )
+
+
+@contextmanager
+def _saved_image(args: argparse.Namespace) -> Iterator[Path]:
+    """A temporary name beside --output to save the image to, renamed to --output once
+    saved: the image appears complete, or not at all."""
+    out = Path(args.output)
+    temp = out.with_name(f".{out.stem}.{os.getpid()}.partial{out.suffix}")
+    try:
+        yield temp
+        if os.path.lexists(out) and not args.overwrite:  # made while this image was drawn
+            _check_image(args)
+        os.replace(temp, out)
+    finally:
+        if temp.exists():
+            temp.unlink()
 
 
 def _plot_variant(args: argparse.Namespace, row: int, start: int | None, end: int | None) -> Path:
@@ -299,18 +354,19 @@ def _plot_variant(args: argparse.Namespace, row: int, start: int | None, end: in
     names = args.class_names.split(",") if args.class_names else None
     name = names[targets.index(args.target)] if names else f"target {args.target}"
     chrom, first = ref.regions.chrom[0], int(ref.regions.start[0])
-    plot_variant(
-        scores[0],
-        scores[1],
-        offset=int(alt.regions.start[0]) - first,
-        start=start,
-        end=end,
-        kind="ism" if method == "ism" else "logo",
-        alphabet_axis=axis,
-        title=f"{name}, {method} (row {row}, {chrom}:{first + 1:,})",
-        path=args.output,
-        coordinates=(chrom, first),
-    )
+    with _saved_image(args) as path:
+        plot_variant(
+            scores[0],
+            scores[1],
+            offset=int(alt.regions.start[0]) - first,
+            start=start,
+            end=end,
+            kind="ism" if method == "ism" else "logo",
+            alphabet_axis=axis,
+            title=f"{name}, {method} (row {row})",
+            path=path,
+            coordinates=(chrom, first),
+        )
     print(args.output)
     return Path(args.output)
 
@@ -383,10 +439,11 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
         framework=args.framework,
         data=args.data,
         verbose=not args.quiet,
+        overwrite=args.overwrite,
     )
     print(
         f"EIG (64 dinucleotide-shuffled baselines x 3 Gauss-Legendre points, 3 targets) on "
-        f"{result['n_sequences']} demo sequences in {result['seconds']:.1f} s"
+        f"{result['n_sequences']} held-out demo sequences in {result['seconds']:.1f} s"
     )
     for task in TASKS:
         fraction, n = result["hits"][task]
@@ -398,6 +455,23 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     for p in result["files"]:
         print(f"  {p}")
     return result
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    """What a user interrupting ``args``'s command has, and how to go on."""
+    if args.command in ("explain", "ism", "variants"):
+        shard = args.shard if args.shard is not None else resolve_shard(None)
+        out = args.out if shard is None else shard_path(args.out, *shard)
+        return (
+            f"{out} keeps the rows written so far; rerun the same command to resume it "
+            "(--overwrite starts again)."
+        )
+    if args.command == "demo":
+        tracks = Path(args.outdir) / "tracks.h5"
+        return f"{tracks} keeps the rows written so far; rerun the same command to resume it."
+    if args.command == "launch":
+        return "the workers' shard files keep their rows; rerun the same command to resume them."
+    return "no partial output was kept; rerun the same command."
 
 
 COMMANDS = {

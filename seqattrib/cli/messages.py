@@ -3,10 +3,12 @@ options a user typed, on one line each."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,6 +48,10 @@ FLAGS = {
     "attributions": "--attributions",
     "attribution_options": "--n-baselines/--n-steps",
     "layout": "--layout",
+    "outdir": "--outdir",
+    "tracks": "TRACKS",
+    "n_sequences": "--n-sequences",
+    "data": "--data",
 }
 #: Keyword spellings of the library's advice, and how they are typed on the command line.
 _IDIOMS = [
@@ -58,14 +64,72 @@ _IDIOMS = [
     (re.compile(r"\bdevice='(\w+)'"), r"--device \1"),
     (re.compile(r"\bweights=FILE\b"), "--weights FILE"),
     (re.compile(r"\bmethod='(\w+)'"), r"--integration \1"),
+    (re.compile(r"\bmultiply_by_inputs=False\b"), "--hypothetical"),
+    (re.compile(r"\bPass format='bed' to\b"), "Keep its first three columns (cut -f1-3) to"),
 ]
+#: What to do about an operating system error, by its errno.
+_OS_FIXES = {
+    errno.ENOENT: "Check the path.",
+    errno.ENOTDIR: "Check the path: a part of it is a file, not a folder.",
+    errno.EISDIR: "Name a file, not a folder.",
+    errno.EEXIST: "Choose another path.",
+    errno.ENOSPC: "Free space (or choose another disk) and rerun the same command.",
+    errno.EDQUOT: "Free space (or choose another disk) and rerun the same command.",
+    errno.EROFS: "Choose a folder on a writable disk.",
+    errno.EACCES: "Choose a path you may write (or read), or change its permissions.",
+    errno.EPERM: "Choose a path you may write (or read), or change its permissions.",
+}
 _TEMPLATE = re.compile(r"^The '([\w-]+)' parameter of ([\w. ]+?) must be ")
 
 
-def cli_message(exc: BaseException, context: dict[str, str] | None = None) -> str:
+class FlagError(Exception):
+    """A library error raised while reading what one flag gave.
+
+    ``flags`` maps the library's parameter names to that flag; ``flag`` and ``value`` name the
+    input in a message that is not in the library's template.
+    """
+
+    def __init__(self, error: BaseException, flag: str, value: str, params: tuple[str, ...]):
+        super().__init__(str(error))
+        self.error = error
+        self.flag = flag
+        self.value = value
+        self.flags = {param: flag for param in params}
+
+
+@contextmanager
+def reading(flag: str, value: Any, *params: str) -> Iterator[None]:
+    """Errors raised while reading the input ``value`` of ``flag`` name ``flag`` (also for the
+    library's parameters ``params``), including the file readers' own errors."""
+    try:
+        yield
+    except (ValueError, TypeError, OSError, KeyError) as exc:
+        raise FlagError(exc, flag, str(value), params) from exc
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "pyfaidx":
+            raise
+        raise FlagError(exc, flag, str(value), params) from exc
+
+
+def cli_message(
+    exc: BaseException,
+    context: dict[str, str] | None = None,
+    paths: Mapping[str, str] | None = None,
+) -> str:
     """``exc``'s message on one line, in flag vocabulary. ``context`` maps parameter names to
-    the flag that gave the value in this command (e.g. ``path`` -> ``--genome``)."""
+    the flag that gave the value in this command (e.g. ``path`` -> ``--genome``); ``paths``
+    maps the paths given on the command line to their flags, for the operating system's
+    errors."""
+    if isinstance(exc, FlagError):
+        text = cli_message(exc.error, dict(context or {}, **exc.flags), paths)
+        if _TEMPLATE.match(" ".join(str(exc.error).split())) or text.startswith(exc.flag):
+            return text
+        return f"{exc.flag} {exc.value!r} cannot be read: {_lower_first(text)}"
+    if isinstance(exc, OSError) and exc.errno in _OS_FIXES and exc.strerror:
+        return _os_message(exc, paths or {})
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        text = " ".join(exc.args[0].split())
     flags = dict(FLAGS, **(context or {}))
     match = _TEMPLATE.match(text)
     if match is not None:
@@ -77,6 +141,26 @@ def cli_message(exc: BaseException, context: dict[str, str] | None = None) -> st
     for pattern, replacement in _IDIOMS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _os_message(exc: OSError, paths: Mapping[str, str]) -> str:
+    """An operating system error in words: the flag whose path it concerns, why, the fix."""
+    name = os.fspath(exc.filename) if exc.filename is not None else None
+    flag = None
+    if name is not None:
+        target = os.path.abspath(name)
+        given = {os.path.abspath(path): candidate for path, candidate in paths.items()}
+        inside = [f for p, f in given.items() if target == p or target.startswith(p + os.sep)]
+        # else a temporary file written beside the one asked for
+        beside = [f for p, f in given.items() if os.path.dirname(target) == os.path.dirname(p)]
+        flag = next(iter(inside + beside), None)
+    reason = str(exc.strerror)
+    where = f"{flag} {name!r}" if flag else repr(name) if name is not None else "a file"
+    return f"{where}: {_lower_first(reason)}. {_OS_FIXES.get(exc.errno or 0, '')}".rstrip()
 
 
 def _tuple_outputs(text: str) -> str:

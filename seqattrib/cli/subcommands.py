@@ -271,7 +271,9 @@ def plot(sub: Any) -> Parser:
     )
     p.add_argument("--start", type=int, help="first position drawn, 0-based in the window")
     p.add_argument("--end", type=int, help="position after the last one drawn")
-    p.add_argument("-o", "--output", required=True, help="the image: .png, .pdf or .svg")
+    p.add_argument(
+        "-o", "--output", required=True, help="the image, written exactly there: .png, .pdf or .svg"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing image")
     return p
 
@@ -307,7 +309,8 @@ def demo(sub: Any) -> Parser:
     p = _sub(
         sub,
         "demo",
-        "explain the packaged demo model end to end (replaces its own files when run again)",
+        "explain the packaged demo model end to end (run again, it reuses its own files; it "
+        "replaces no other file without --overwrite)",
     )
     p.add_argument(
         "-o", "--outdir", default="seqattrib-demo", help="output folder (default: %(default)s)"
@@ -316,7 +319,8 @@ def demo(sub: Any) -> Parser:
         "--n-sequences",
         type=POSITIVE,
         default=100,
-        help="held-out demo sequences to explain (default: %(default)s)",
+        help="held-out demo sequences to explain, at most the 400 the model was not trained on "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--framework",
@@ -326,6 +330,11 @@ def demo(sub: Any) -> Parser:
     )
     p.add_argument(
         "--data", help="folder with the demo files (default: the ones installed with seqattrib)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files of the output folder that the demo did not write",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import SeqAttribWarning, parameter_error
+from .._optional import import_optional
 from ._hdf5 import failure
 from .tracks_format import decode_strings, open_tracks
 
@@ -50,11 +53,10 @@ def check_file_name(name: str, func: str, param: str) -> None:
         )
 
 
-def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int, np.ndarray]]:
-    """(start, hypothetical scores (n, L, 4)-or-layout block) of one target, block by block."""
-    settings = f.attrs
-    method = str(settings["method"])
-    if method != "ism" and bool(settings.get("multiply_by_inputs", False)):
+def _check_hypothetical(f: Any, func: str) -> None:
+    """Refuse a tracks file of contributions: TF-MoDISco takes hypothetical scores."""
+    method = str(f.attrs["method"])
+    if method != "ism" and bool(f.attrs.get("multiply_by_inputs", False)):
         raise parameter_error(
             func,
             "tracks",
@@ -63,6 +65,13 @@ def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int
             "Rerun with multiply_by_inputs=False: TF-MoDISco takes hypothetical scores.",
             described=True,
         )
+
+
+def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, hypothetical scores (n, L, 4)-or-layout block) of one target, block by block."""
+    _check_hypothetical(f, func)
+    settings = f.attrs
+    method = str(settings["method"])
     done = int(settings["n_completed"])
     data = f["attributions"]
     row_bytes = int(np.prod(data.shape[1:])) * 4
@@ -114,10 +123,13 @@ def _export_arrays(
     paths = [outdir / f"{name}_{kind}" for name in names for kind in ("ohe.npz", "attr.npz")]
     _check_outdir(outdir, paths, overwrite, func)
     ohe = _ncl(X, axis).astype(np.int8)
-    for k, name in enumerate(names):
-        _write_npz(outdir / f"{name}_ohe.npz", ohe.shape, np.int8, iter([ohe]), func)
-        attr = _ncl(values[:, k], axis)
-        _write_npz(outdir / f"{name}_attr.npz", attr.shape, np.float32, iter([attr]), func)
+    with _all_or_none(paths, func) as staged:
+        for k, name in enumerate(names):
+            _write_npz(staged[outdir / f"{name}_ohe.npz"], ohe.shape, np.int8, iter([ohe]), func)
+            attr = _ncl(values[:, k], axis)
+            _write_npz(
+                staged[outdir / f"{name}_attr.npz"], attr.shape, np.float32, iter([attr]), func
+            )
     return paths
 
 
@@ -129,9 +141,8 @@ def _write_npz(
     path: Path, shape: tuple[int, ...], dtype: Any, blocks: Iterator[np.ndarray], func: str
 ) -> None:
     """An ``.npz`` with one member ``arr_0``, streamed block by block (bounded memory)."""
-
-    def write(partial: Path) -> None:
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+    try:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
             with archive.open("arr_0.npy", "w", force_zip64=True) as member:
                 header = {
                     "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
@@ -141,39 +152,49 @@ def _write_npz(
                 np.lib.format.write_array_header_2_0(member, header)
                 for block in blocks:
                     member.write(np.ascontiguousarray(block, dtype=dtype).tobytes())
-
-    _atomic(path, write, func)
+    except OSError as exc:
+        raise _write_error(path, exc, func) from exc
 
 
 def _write_bed(path: Path, chrom: list[str], start: Any, end: Any, func: str) -> None:
-    def write(partial: Path) -> None:
-        with open(partial, "w") as bed:
+    try:
+        with open(path, "w") as bed:
             for c, s, e in zip(chrom, start, end, strict=True):
                 bed.write(f"{c}\t{s}\t{e}\n")
-
-    _atomic(path, write, func)
-
-
-def _atomic(path: Path, write: Callable[[Path], None], func: str) -> None:
-    """Write ``path`` through ``path.partial``: it appears complete or not at all."""
-    partial = path.with_name(path.name + ".partial")
-    try:
-        write(partial)
-        os.replace(partial, path)
     except OSError as exc:
-        _, reason = failure(exc)
-        raise parameter_error(
-            func,
-            "outdir",
-            "a folder on a disk that can hold the exported files",
-            f"{os.fspath(path)!r}: writing it failed ({reason})",
-            "The tracks file is untouched: free space and rerun the export with overwrite=True.",
-            error=OSError,
-            described=True,
-        ) from exc
+        raise _write_error(path, exc, func) from exc
+
+
+def _write_error(path: Path, exc: OSError, func: str) -> Exception:
+    _, reason = failure(exc)
+    return parameter_error(
+        func,
+        "outdir",
+        "a folder on a disk that can hold the exported files",
+        f"{os.fspath(path)!r}: writing it failed ({reason})",
+        "The tracks file is untouched and no exported file was kept: free space (or choose a "
+        "writable folder) and rerun the export.",
+        error=OSError,
+        described=True,
+    )
+
+
+@contextmanager
+def _all_or_none(paths: list[Path], func: str) -> Iterator[dict[Path, Path]]:
+    """Temporary names beside ``paths`` to write; all are renamed to ``paths`` once every one is
+    written, and none is kept when writing fails: an export leaves all its files or none."""
+    staged = {p: p.with_name(f".{p.name}.{os.getpid()}.partial") for p in paths}
+    try:
+        yield staged
+        for path, temp in staged.items():
+            try:
+                os.replace(temp, path)
+            except OSError as exc:
+                raise _write_error(path, exc, func) from exc
     finally:
-        if partial.exists():
-            partial.unlink()
+        for temp in staged.values():
+            if temp.exists():
+                temp.unlink()
 
 
 def _targets(f: Any) -> tuple[list[int], bool]:
@@ -185,19 +206,44 @@ def _targets(f: Any) -> tuple[list[int], bool]:
 
 
 def _check_outdir(outdir: PathLike, paths: list[Path], overwrite: bool, func: str) -> None:
-    if not Path(outdir).is_dir():
-        raise parameter_error(
-            func, "outdir", "an existing folder", os.fspath(outdir), f"Create {outdir} first."
-        )
+    """Refuse existing files (without ``overwrite``), then make the folder (parents too)."""
     existing = [p for p in paths if p.exists()]
     if existing and not overwrite:
         raise parameter_error(
             func,
-            "overwrite",
-            "True to replace existing files",
-            f"False with {existing[0]} already there",
-            "Pass overwrite=True (--overwrite), or choose another folder.",
+            "outdir",
+            "a folder without the files to write, unless overwrite=True",
+            f"{os.fspath(outdir)!r} with {existing[0].name} already there",
+            "Pass overwrite=True to replace them, or choose another folder.",
             error=FileExistsError,
+            described=True,
+        )
+    try:
+        Path(outdir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _, reason = failure(exc)
+        if Path(outdir).exists() and not Path(outdir).is_dir():
+            reason = "a file of that name exists"
+        raise parameter_error(
+            func,
+            "outdir",
+            "a folder (made if missing)",
+            f"{os.fspath(outdir)!r}, which cannot be made ({reason})",
+            "Choose a writable folder that is not the name of a file.",
+            error=OSError,
+            described=True,
+        ) from exc
+
+
+def _report_rows(path: PathLike, done: int, total: int, func: str) -> None:
+    """Warn when a tracks file holds fewer completed rows than its job has."""
+    if done < total:
+        warnings.warn(
+            f"{func} exported {done} of the {total} rows of {os.fspath(path)!r}: the others are "
+            "not written yet (the file is still being written, or its run was interrupted; "
+            "rerun that run to complete it, then the export with overwrite=True).",
+            SeqAttribWarning,
+            stacklevel=3,
         )
 
 
@@ -224,7 +270,7 @@ def export_modisco(
         ``multiply_by_inputs=False``, or ``ism_to_hypothetical``), in the layout of
         ``sequences``.
     outdir : path
-        An existing folder.
+        The folder, made (with its parents) if missing.
     sequences : array of shape (N, L, 4) or (N, 4, L), optional
         With scores in memory: the one-hot sequences they explain.
     class_names : list or dict, optional
@@ -235,7 +281,9 @@ def export_modisco(
     Returns
     -------
     list of Path
-        The files written.
+        The files written: all of them or, when the export fails, none. Existing files are
+        only replaced with ``overwrite=True``. A file still being written (or interrupted)
+        gives its completed rows, with a warning saying how many of how many.
     """
     func = "export_modisco"
     if not isinstance(tracks, (str, os.PathLike)):
@@ -254,21 +302,25 @@ def export_modisco(
             for name in names
             for kind in (["ohe.npz", "attr.npz"] + (["regions.bed"] if has_regions else []))
         ]
+        _check_hypothetical(f, func)
         _check_outdir(outdir, paths, overwrite, func)
         shape = (done, 4, length)
         seq = f["sequences"]
         step = max(1, _BLOCK_BYTES // (4 * length))
-        for k, name in enumerate(names):
-            ohe = (_ncl(seq[s : min(done, s + step)], axis) for s in range(0, done, step))
-            _write_npz(outdir / f"{name}_ohe.npz", shape, np.int8, ohe, func)
-            hyp = (_ncl(b, axis) for _, b in _hypothetical_blocks(f, None if squeezed else k, func))
-            _write_npz(outdir / f"{name}_attr.npz", shape, np.float32, hyp, func)
-        if has_regions:
-            g = f["regions"]
-            chrom = decode_strings(g["chrom"][:done])
-            start, end = g["start"][:done], g["end"][:done]
-            for name in names:
-                _write_bed(outdir / f"{name}_regions.bed", chrom, start, end, func)
+        with _all_or_none(paths, func) as staged:
+            for k, name in enumerate(names):
+                ohe = (_ncl(seq[s : min(done, s + step)], axis) for s in range(0, done, step))
+                _write_npz(staged[outdir / f"{name}_ohe.npz"], shape, np.int8, ohe, func)
+                index = None if squeezed else k
+                hyp = (_ncl(b, axis) for _, b in _hypothetical_blocks(f, index, func))
+                _write_npz(staged[outdir / f"{name}_attr.npz"], shape, np.float32, hyp, func)
+            if has_regions:
+                g = f["regions"]
+                chrom = decode_strings(g["chrom"][:done])
+                start, end = g["start"][:done], g["end"][:done]
+                for name in names:
+                    _write_bed(staged[outdir / f"{name}_regions.bed"], chrom, start, end, func)
+        _report_rows(tracks, done, len(f["attributions"]), func)
     finally:
         f.close()
     return paths
@@ -294,7 +346,8 @@ def export_bigwig(
     tracks : path
         A tracks file written with ``out=`` and ``regions=`` (genome coordinates).
     outdir : path
-        An existing folder; files are ``{class}.bw``.
+        The folder, made (with its parents) if missing; files are ``{class}.bw``, all written
+        or (when the export fails) none.
     chrom_sizes : dict or path
         Chromosome sizes for the bigWig header.
     class_names : list or dict, optional
@@ -310,6 +363,7 @@ def export_bigwig(
     from .regions import Regions
 
     func = "export_bigwig"
+    import_optional("pyBigWig")
     f = open_tracks(tracks, func, "tracks")
     try:
         targets, squeezed = _targets(f)
@@ -335,18 +389,21 @@ def export_bigwig(
             g["end"][:done],
         )
         seq_axis = axis if axis == -1 else 1
-        for k, path in enumerate(paths):
-            projected = []
-            index = None if squeezed else k
-            blocks = (
-                _hypothetical_blocks(f, index, func)
-                if f.attrs["method"] == "ism"
-                else _raw_blocks(f, index)
-            )
-            for start, block in blocks:
-                x = f["sequences"][start : start + len(block)].astype(np.float32)
-                projected.append((block * x).sum(axis=seq_axis))
-            write_bigwig(path, np.concatenate(projected), regions, chrom_sizes, overwrite=overwrite)
+        with _all_or_none(paths, func) as staged:
+            for k, path in enumerate(paths):
+                projected = []
+                index = None if squeezed else k
+                blocks = (
+                    _hypothetical_blocks(f, index, func)
+                    if f.attrs["method"] == "ism"
+                    else _raw_blocks(f, index)
+                )
+                for start, block in blocks:
+                    x = f["sequences"][start : start + len(block)].astype(np.float32)
+                    projected.append((block * x).sum(axis=seq_axis))
+                scores = np.concatenate(projected)
+                write_bigwig(staged[path], scores, regions, chrom_sizes, overwrite=True)
+        _report_rows(tracks, done, len(f["attributions"]), func)
     finally:
         f.close()
     return paths

@@ -52,7 +52,8 @@ def plot_variant(
         Save the figure there (format from the suffix).
     coordinates : (chrom, start), optional
         The reference window's place on the genome (0-based start); axes show 1-based genome
-        positions.
+        positions, and the title gives the variant's 1-based position (its first reference
+        base, at ``length // 2`` of the reference window, where ``variant_effects`` puts it).
 
     Returns
     -------
@@ -81,7 +82,11 @@ def plot_variant(
     alt_coordinates = None if coordinates is None else (coordinates[0], coordinates[1] + offset)
     draw(ref_lc, start=lo, end=hi, ax=top, alphabet_axis=-1, coordinates=coordinates)
     draw(alt_lc, start=lo_alt, end=hi_alt, ax=bottom, alphabet_axis=-1, coordinates=alt_coordinates)
-    top.set_title("reference" if title is None else f"{title}\nreference")
+    heading = title
+    if coordinates is not None:
+        where = f"variant at {coordinates[0]}:{int(coordinates[1]) + length // 2 + 1:,}"
+        heading = where if title is None else f"{title}, {where}"
+    top.set_title("reference" if heading is None else f"{heading}\nreference")
     bottom.set_title("alternative")
     fig.tight_layout()
     if path is not None:

@@ -167,3 +167,17 @@ def test_export_modisco_takes_arrays_like_a_tracks_file(tmp_path):
             np.testing.assert_array_equal(left["arr_0"], right["arr_0"])
     with pytest.raises(ValueError, match="'sequences'"):
         export_modisco(scores, tmp_path / "a", overwrite=True)
+
+
+def test_modisco_export_makes_its_folder_and_keeps_existing_files(model, tmp_path):
+    X = random_one_hot(3, LENGTH, seed=44)
+    path = sa.saliency(model, X, out=tmp_path / "s.h5")
+    out = tmp_path / "new" / "modisco"  # neither folder exists yet
+    files = export_modisco(path, out)
+    assert sorted(p.name for p in files) == ["target0_attr.npz", "target0_ohe.npz"]
+    assert sorted(p.name for p in out.iterdir()) == ["target0_attr.npz", "target0_ohe.npz"]
+    (out / "target0_ohe.npz").write_bytes(b"mine")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        export_modisco(path, out)
+    assert (out / "target0_ohe.npz").read_bytes() == b"mine"
+    assert sorted(p.name for p in out.iterdir()) == ["target0_attr.npz", "target0_ohe.npz"]
