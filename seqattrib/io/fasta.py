@@ -6,9 +6,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 from .._errors import parameter_error
 from .._optional import import_optional
@@ -56,6 +57,7 @@ def read_fasta(path: PathLike) -> dict[str, str]:
         if name is not None:
             records[name] = "".join(parts)
 
+    check_fasta(path, "read_fasta")
     with open_text(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = raw.strip()
@@ -93,6 +95,55 @@ def read_fasta(path: PathLike) -> dict[str, str]:
                 parts.append(line)
     _finish()
     return records
+
+
+#: Bytes of a FASTA file read to tell text from binary data.
+_HEAD_BYTES = 1 << 16
+
+
+def check_fasta(path: PathLike, func: str) -> None:
+    """Refuse at once a file that is no FASTA text: binary data, a file without any ``>``
+    line, or text before the first ``>`` line (in its first 64 KiB)."""
+    name = os.fspath(path)
+    with open(path, "rb") as raw:
+        compressed = raw.read(2) == b"\x1f\x8b"
+    try:
+        with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+    except (OSError, EOFError) as exc:
+        raise _fasta_error(func, "a readable FASTA file", f"{name!r} ({exc})") from exc
+    try:
+        text = head.decode()
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not a character cut at the end of the head
+            raise _fasta_error(func, "a FASTA text file", f"{name!r}, binary data") from exc
+        text = head[: exc.start].decode()
+    if "\0" in text:
+        raise _fasta_error(func, "a FASTA text file", f"{name!r}, binary data")
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(";"):
+            continue
+        if line.startswith(">"):
+            return
+        got = f"text before any '>' line (line {lineno}) in {name!r}"
+        raise _fasta_error(func, "a FASTA file starting with a '>' line", got)
+    if len(head) < _HEAD_BYTES:
+        raise _fasta_error(func, "a FASTA file with at least one '>' record", f"{name!r}, empty")
+
+
+def _fasta_error(func: str, expected: str, got: str) -> ValueError:
+    return cast(
+        ValueError,
+        parameter_error(
+            func,
+            "path",
+            expected,
+            got,
+            "Pass a FASTA file: '>name' lines, each followed by its sequence.",
+            described=True,
+        ),
+    )
 
 
 def chrom_sizes(path: PathLike) -> dict[str, int]:
@@ -234,6 +285,7 @@ class Genome:
                     described=True,
                 )
             backend = "memory"
+        check_fasta(self.path, "Genome")
         if backend == "memory":
             self._records = read_fasta(self.path)
             self._sizes = {name: len(seq) for name, seq in self._records.items()}
@@ -243,14 +295,26 @@ class Genome:
         if index is None:
             beside = Path(f"{self.path}.fai")
             index = beside if beside.exists() else cached_index(self.path)
-        self._fasta = pyfaidx.Fasta(
-            os.fspath(self.path),
-            indexname=os.fspath(index),
-            as_raw=True,
-            sequence_always_upper=False,
-            read_long_names=False,
-        )
+        try:
+            self._fasta = pyfaidx.Fasta(
+                os.fspath(self.path),
+                indexname=os.fspath(index),
+                as_raw=True,
+                sequence_always_upper=False,
+                read_long_names=False,
+            )
+        except (ValueError, pyfaidx.FastaIndexingError, UnicodeDecodeError) as exc:
+            raise self._index_error(exc) from exc
         self._sizes = {name: len(rec) for name, rec in self._fasta.records.items()}
+
+    def _index_error(self, exc: BaseException) -> ValueError:
+        name = os.fspath(self.path)
+        duplicate = re.match(r'Duplicate key "(.*)"', str(exc))
+        if duplicate:
+            got = f"the name {duplicate.group(1)!r} twice in {name!r}"
+            return _fasta_error("Genome", "a FASTA file with unique sequence names", got)
+        reason = " ".join(str(exc).split())[:200]
+        return _fasta_error("Genome", "a FASTA file that can be indexed", f"{name!r} ({reason})")
 
     @property
     def chrom_sizes(self) -> dict[str, int]:

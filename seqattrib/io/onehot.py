@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
@@ -93,10 +93,32 @@ def one_hot(
             described=True,
         )
     codes = np.stack([_codes(s, i) for i, s in enumerate(seqs)])
-    X = _EYE.astype(dtype)[codes]
+    X = _EYE.astype(_check_dtype(dtype))[codes]
     if layout == "NCL":
         X = np.ascontiguousarray(X.transpose(0, 2, 1))
     return X
+
+
+def _check_dtype(dtype: DTypeLike) -> np.dtype[Any]:
+    """A numeric NumPy dtype (float, integer or bool), or the template error naming ``dtype``."""
+    try:
+        checked = np.dtype(dtype)
+    except TypeError as exc:
+        raise _dtype_error(dtype) from exc
+    if checked.kind not in "fiub":
+        raise _dtype_error(dtype)
+    return checked
+
+
+def _dtype_error(dtype: object) -> Exception:
+    return parameter_error(
+        "one_hot",
+        "dtype",
+        "a real numeric NumPy dtype",
+        dtype,
+        "Pass e.g. dtype=np.float32 (the default) or dtype=np.int8.",
+        error=TypeError,
+    )
 
 
 def decode(X: ArrayLike, *, alphabet_axis: int | None = None) -> list[str]:

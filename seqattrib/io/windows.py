@@ -129,9 +129,8 @@ def extract_windows(
             codes[row] = _LOOKUP[np.frombuffer(seq.encode("latin-1", "replace"), dtype=np.uint8)]
         rows, out = codes[: len(block)], X[block.start : block.stop]
         if (rows == 255).any():
-            _raise_bad_letter(
-                kept, first + int(np.flatnonzero((rows == 255).any(axis=1))[0]), fetch
-            )
+            bad = first + int(np.flatnonzero((rows == 255).any(axis=1))[0])
+            _raise_bad_letter(kept, bad, fetch, source)
         if layout == "NLC":  # row 4 of eye (N) is all zeros
             np.take(eye, rows, axis=0, out=out)
         else:
@@ -139,14 +138,22 @@ def extract_windows(
     return X, kept, dropped
 
 
-def _raise_bad_letter(kept: Regions, i: int, fetch: Callable[[str, int, int], str]) -> None:
-    seq = fetch(str(kept.chrom[i]), int(kept.start[i]), int(kept.end[i]))
+def _raise_bad_letter(
+    kept: Regions,
+    i: int,
+    fetch: Callable[[str, int, int], str],
+    source: Genome | Mapping[str, str],
+) -> None:
+    chrom, start = str(kept.chrom[i]), int(kept.start[i])
+    seq = fetch(chrom, start, int(kept.end[i]))
     pos = next(p for p, letter in enumerate(seq) if letter not in "ACGTNacgtn")
+    where = f" of {os.fspath(source.path)!r}" if isinstance(source, Genome) else ""
     raise parameter_error(
         "extract_windows",
         "genome",
         "DNA made of A, C, G, T or N (either case) in every window",
-        f"the letter {seq[pos]!r} at position {pos} of window {kept.labels([i])[0]}",
+        f"the letter {seq[pos]!r} at position {start + pos} of record {chrom!r}{where} (window "
+        f"{kept.labels([i])[0]})",
         "Replace other IUPAC codes in the FASTA by N, or drop that region.",
         described=True,
     )

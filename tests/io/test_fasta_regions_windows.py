@@ -266,8 +266,11 @@ def test_extract_windows_recentres_other_lengths_and_needs_one_length(fasta: Pat
 def test_extract_windows_bad_letter_names_region_and_letter(tmp_path: Path):
     fasta = _write(tmp_path / "iupac.fa", ">chrA\nACGTACGTRYAC\n")
     regions = Regions.from_arrays(["chrA", "chrA"], [0, 4], [8, 12])
-    with pytest.raises(ValueError, match=r"letter 'R' at position 4 of window chrA:4-12 \(row 1\)"):
+    pattern = r"letter 'R' at position 8 of record 'chrA' \(window chrA:4-12 \(row 1\)\)"
+    with pytest.raises(ValueError, match=pattern):
         extract_windows(read_fasta(fasta), regions, length=8)
+    with pytest.raises(ValueError, match=r"record 'chrA' of '.*iupac.fa' \(window chrA:4-12"):
+        extract_windows(fasta, regions, length=8)
 
 
 def test_extract_windows_argument_errors(fasta: Path):
