@@ -24,8 +24,15 @@ class TorchParameterGradients:
     def read_checkpoint(self, model: Any, path: str) -> Any:
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
-            raise CheckpointMismatch(f"torch.load could not read it: {exc}") from exc
+        except pickle.UnpicklingError:
+            raise CheckpointMismatch(
+                "it is not weights that load without running code (a whole pickled model, as "
+                "torch.save(model) writes, or no torch.save file at all); save each checkpoint "
+                "with torch.save(model.state_dict(), path)"
+            ) from None
+        except (OSError, RuntimeError, EOFError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointMismatch(f"torch.load could not read it: {first}") from exc
 
     def trainable_parameters(self, model: Any) -> list[tuple[str, tuple[int, ...]]]:
         return [(n, tuple(p.shape)) for n, p in model.named_parameters() if p.requires_grad]

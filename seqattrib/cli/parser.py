@@ -106,8 +106,9 @@ def add_model_and_sequences(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--weights",
-        help="weights loaded into a pkg.module:factory model: a torch state dict or a Keras "
-        "weights file",
+        help="weights loaded into a pkg.module:factory model or the demo (replacing its trained "
+        "weights): a torch state dict or a Keras weights file; a model file holds its own and "
+        "refuses them",
     )
     p.add_argument("--fasta", help="a FASTA file of sequences of one length")
     p.add_argument("--genome", help="a genome FASTA (plain or bgzip), read window by window")
