@@ -229,7 +229,7 @@ def _fixed_shape_program() -> Any:
     """The module class of loaded programs (defined once torch is imported)."""
     import torch
 
-    class ExportedProgram(torch.nn.Module):
+    class LoadedProgram(torch.nn.Module):
         """A ``torch.export`` program that refuses sequence lengths it was not exported for and
         runs a fixed batch size in chunks (zero-padded, padding rows dropped)."""
 
@@ -267,7 +267,7 @@ def _fixed_shape_program() -> Any:
                 outputs.append(_first_rows(self.program(*inputs), stop - start))
             return _joined(outputs)
 
-    return ExportedProgram
+    return LoadedProgram
 
 
 def _batched(extra: Any, shapes: list[tuple[int | None, ...]], index: int, n: int) -> bool:
