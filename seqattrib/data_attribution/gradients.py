@@ -117,6 +117,79 @@ def device_batches(
         yield start, stop, x_device, labels.targets(backend, backend.asarray(y, labels.dtype))
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Which examples a pass computes, for its errors: the function, the parameter that holds
+    the examples ("X_train", "X_test"), the checkpoint (its index in ``checkpoints``) and what
+    ``fn`` is ("loss", "output function")."""
+
+    func: str
+    param: str
+    checkpoint: int
+    fn: str
+
+
+def non_finite(rows: Rows, row: int, what: str, more: int) -> ValueError:
+    """The one-line error for a NaN or inf in what example ``row`` gives at a checkpoint."""
+    return cast(
+        ValueError,
+        parameter_error(
+            rows.func,
+            "model",
+            "a model with finite outputs, losses and gradients at every checkpoint",
+            f"NaN or inf {what} for sequence {row} of {rows.param} at checkpoints"
+            f"[{rows.checkpoint}]" + (f" (and {more} more of its batch)" if more else ""),
+            "Check the model with that checkpoint on that sequence (a diverged checkpoint, a "
+            "log of zero, an overflow), or leave the sequence out.",
+            described=True,
+        ),
+    )
+
+
+def _bad_rows(values: np.ndarray) -> np.ndarray:
+    """Which rows of host ``values`` (one per example) hold a NaN or inf."""
+    return np.asarray(~np.isfinite(values.reshape(len(values), -1)).all(axis=1), dtype=bool)
+
+
+def check_finite(values: np.ndarray, start: int, rows: Rows, what: str) -> None:
+    """Refuse host ``values`` (one row per example from ``start``) with a NaN or inf."""
+    bad = _bad_rows(values)
+    if bad.any():
+        raise non_finite(rows, start + int(np.argmax(bad)), what, int(bad.sum()) - 1)
+
+
+def _check_gradients(
+    backend: ParameterBackend,
+    model: Any,
+    fn: Callable[[Any, Any], Any],
+    batch: tuple[int, int, Tensor, Tensor],
+    grads: Tensor,
+    rows: Rows,
+) -> None:
+    """Refuse a batch whose gradients hold a NaN or inf (one sum per example crosses to the
+    host), naming its first such example and whether its output or its ``fn`` value (a loss)
+    is already not finite."""
+    start, stop, x, y = batch
+    n = stop - start
+    if np.isfinite(backend.to_numpy(backend.sum(grads, axis=(1,)))[:n]).all():
+        return
+    bad = _bad_rows(backend.to_numpy(grads)[:n])
+    if not bad.any():
+        return  # finite gradients whose sum overflowed
+    outputs = backend.forward(model, x, Head())
+    out_bad = _bad_rows(backend.to_numpy(outputs)[:n])
+    fn_bad = _bad_rows(np.asarray(backend.to_numpy(fn(outputs, y)), np.float64)[:n])
+    either = bad | out_bad | fn_bad
+    first = int(np.argmax(either))
+    if out_bad[first]:
+        what = "model outputs"
+    elif fn_bad[first]:
+        what = rows.fn
+    else:
+        what = f"gradients of the {rows.fn}"
+    raise non_finite(rows, start + first, what, int(either.sum()) - 1)
+
+
 def gradient_batches(
     backend: ParameterBackend,
     model: Any,
@@ -124,11 +197,16 @@ def gradient_batches(
     source: SequenceSource,
     labels: Labels,
     plan: GradientPlan,
+    rows: Rows,
     *,
     pad: bool = False,
 ) -> Iterator[tuple[int, int, Tensor, Tensor]]:
     """``(start, stop, x, gradients)``: per-example gradients of ``fn`` (a loss or model
     output function) with respect to the plan's parameters, (rows, n_params) on the device,
-    batch by batch (``pad`` as for ``device_batches``)."""
-    for start, stop, x, y in device_batches(backend, source, labels, plan.rows, pad=pad):
-        yield start, stop, x, backend.per_example_gradients(model, x, y, fn, plan.names, Head())
+    batch by batch (``pad`` as for ``device_batches``). A NaN or inf gradient is an error
+    naming the example (``rows``) and whether its output or ``fn`` value is not finite."""
+    for batch in device_batches(backend, source, labels, plan.rows, pad=pad):
+        start, stop, x, y = batch
+        grads = backend.per_example_gradients(model, x, y, fn, plan.names, Head())
+        _check_gradients(backend, model, fn, batch, grads, rows)
+        yield start, stop, x, grads

@@ -40,6 +40,8 @@ from .examples import (
 )
 from .gradients import (
     GradientPlan,
+    Rows,
+    check_finite,
     device_batches,
     gradient_batches,
     gradient_plan,
@@ -202,13 +204,14 @@ class TracIn:
             for visit in self._checkpoints.visit(be, model, func):
                 fingerprints.append(visit.fingerprint)
                 rates.append(visit.learning_rate)
+                rows = self._rows(func, "X_train", visit)
                 if self.layer == "last":
-                    a, delta = self._last_layer(source, labels, plan, func)
+                    a, delta = self._last_layer(source, labels, plan, rows)
                     last.append((a, delta))
                     norms += visit.learning_rate * _row_dot(a, a) * _row_dot(delta, delta)
                 elif project is not None:
                     chunks = []
-                    for start, stop, grads in self._gradients(source, labels, plan):
+                    for start, stop, grads in self._gradients(source, labels, plan, rows):
                         chunks.append(project(grads))
                         norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
                     projected.append(np.concatenate(chunks))
@@ -259,8 +262,9 @@ class TracIn:
             project = self._projector(plan)
             for visit in self._visits(fitted, func):
                 lr = np.float32(visit.learning_rate)
+                rows = self._rows(func, "X_test", visit)
                 if self.layer == "last":
-                    a_test, delta_test = self._last_layer(source, labels, plan, func)
+                    a_test, delta_test = self._last_layer(source, labels, plan, rows)
                     a_train, delta_train = fitted.last[visit.index]
                     for start in range(0, n_train, HOST_BLOCK):
                         block = slice(start, start + HOST_BLOCK)
@@ -269,14 +273,14 @@ class TracIn:
                         )
                 elif project is not None:
                     test = np.concatenate(
-                        [project(grads) for _, _, grads in self._gradients(source, labels, plan)]
+                        [project(g) for _, _, g in self._gradients(source, labels, plan, rows)]
                     )
                     train = fitted.projected[visit.index]
                     for start in range(0, n_train, HOST_BLOCK):
                         block = slice(start, start + HOST_BLOCK)
                         out[:, block] += lr * (test @ train[block].T)
                 else:
-                    self._exact(visit, source, labels, fitted, out, norms)
+                    self._exact(visit, source, labels, fitted, out, norms, func)
         if norms is not None:
             fitted.self_influence = norms.astype(np.float32)
         return out
@@ -299,7 +303,8 @@ class TracIn:
             norms = np.zeros(fitted.source.n_sequences, np.float64)
             with preserved_state(be, model, self.device):
                 for visit in self._visits(fitted, func):
-                    train = self._gradients(fitted.source, fitted.labels, fitted.plan)
+                    rows = self._rows(func, "X_train", visit)
+                    train = self._gradients(fitted.source, fitted.labels, fitted.plan, rows)
                     for start, stop, grads in train:
                         norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
             fitted.self_influence = norms.astype(np.float32)
@@ -363,12 +368,15 @@ class TracIn:
         outputs = n_outputs(self._backend, self.model, source)
         return _check_labels(y, source.n_sequences, self.loss, outputs, param, func)
 
+    def _rows(self, func: str, param: str, visit: Visit) -> Rows:
+        return Rows(func, param, visit.index, "loss")
+
     def _gradients(
-        self, source: SequenceSource, labels: Labels, plan: GradientPlan
+        self, source: SequenceSource, labels: Labels, plan: GradientPlan, rows: Rows
     ) -> Iterator[tuple[int, int, Tensor]]:
         """``(start, stop, gradients)``: per-example loss gradients (rows, n_params) on the
-        device, batch by batch."""
-        batches = gradient_batches(self._backend, self.model, self._fn, source, labels, plan)
+        device, batch by batch (a NaN or inf is an error naming its example, ``rows``)."""
+        batches = gradient_batches(self._backend, self.model, self._fn, source, labels, plan, rows)
         for start, stop, _, grads in batches:
             yield start, stop, grads
 
@@ -377,13 +385,14 @@ class TracIn:
         return be.to_numpy(be.sum(grads * grads, axis=(1,))).astype(np.float64)
 
     def _last_layer(
-        self, source: SequenceSource, labels: Labels, plan: GradientPlan, func: str
+        self, source: SequenceSource, labels: Labels, plan: GradientPlan, rows: Rows
     ) -> tuple[np.ndarray, np.ndarray]:
         """Host arrays: inputs of the last dense layer (plus a ones column for its bias) and
-        d loss / d logits, of every example."""
+        d loss / d logits, of every example (a NaN or inf is an error naming its example)."""
         be = self._backend
+        func = rows.func
         activations, deltas = [], []
-        for _, _, x, y in device_batches(be, source, labels, plan.rows):
+        for start, _, x, y in device_batches(be, source, labels, plan.rows):
             try:
                 a, logits, bias = be.last_layer(self.model, x)
             except UnsupportedLayer as exc:
@@ -396,12 +405,16 @@ class TracIn:
                     "Use layer=None (all parameters), with proj_dim=... if they are many.",
                     described=True,
                 ) from exc
-            delta = be.output_gradients(self._fn, logits, y)
+            check_finite(be.to_numpy(logits), start, rows, "model outputs")
+            check_finite(np.asarray(be.to_numpy(self._fn(logits, y))), start, rows, "loss")
+            delta = be.to_numpy(be.output_gradients(self._fn, logits, y))
+            check_finite(delta, start, rows, "gradients of the loss")
             a = be.to_numpy(a)
+            check_finite(a, start, rows, "inputs of the last layer")
             if bias:
                 a = np.concatenate([a, np.ones((a.shape[0], 1), a.dtype)], axis=1)
             activations.append(a)
-            deltas.append(be.to_numpy(delta))
+            deltas.append(delta)
         return np.concatenate(activations), np.concatenate(deltas)
 
     def _exact(
@@ -412,6 +425,7 @@ class TracIn:
         fitted: _Fitted,
         out: np.ndarray,
         norms: np.ndarray | None,
+        func: str,
     ) -> None:
         """One checkpoint's exact contribution: test gradients once, training set streamed.
 
@@ -420,9 +434,11 @@ class TracIn:
         """
         be = self._backend
         plan = fitted.plan
-        test = be.concat([grads for _, _, grads in self._gradients(source, labels, plan)])
+        tests = self._gradients(source, labels, plan, self._rows(func, "X_test", visit))
+        test = be.concat([grads for _, _, grads in tests])
         lr = np.float32(visit.learning_rate)
-        for start, stop, grads in self._gradients(fitted.source, fitted.labels, plan):
+        train = self._rows(func, "X_train", visit)
+        for start, stop, grads in self._gradients(fitted.source, fitted.labels, plan, train):
             out[:, start:stop] += lr * be.to_numpy(be.matmul(test, grads, transpose_b=True))
             if norms is not None:
                 norms[start:stop] += visit.learning_rate * self._squared_norms(grads)

@@ -41,7 +41,14 @@ from ..engine import SequenceSource
 from ..engine.outputs import Head
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .examples import Labels, checked_source, class_labels, label_array, n_outputs, ranked
-from .gradients import GradientPlan, gradient_batches, gradient_plan, parameter_backend
+from .gradients import (
+    GradientPlan,
+    Rows,
+    check_finite,
+    gradient_batches,
+    gradient_plan,
+    parameter_backend,
+)
 from .outputs import NUMPY, TASKS, bound, out_to_loss
 from .projection import Projector, RandomProjection
 from .trak_cache import cache_key, cache_path, read_cache, write_cache
@@ -363,9 +370,9 @@ class TRAK:
                 labels = _check_labels(y_test, n_test, self.task, fitted.n_outputs, "y_test", func)
             visits = self._checkpoints.visit(be, model, func, expected=fitted.fingerprints)
             for visit in visits:
-                features = np.concatenate(
-                    [phi for _, phi, _ in self._features(source, labels, fitted.plan, visit)]
-                )
+                rows = Rows(func, "X_test", visit.index, "output function")
+                batches = self._features(source, labels, fitted.plan, visit, rows)
+                features = np.concatenate([phi for _, phi, _ in batches])
                 accumulate(total, features, fitted.checkpoints[visit.index], fitted.plan.rows)
         total /= len(fitted.checkpoints)
         return total.astype(np.float32)
@@ -382,10 +389,14 @@ class TRAK:
             features = np.empty((n_train, dim), np.float32)
             weights = np.empty(n_train, np.float64)
             start = 0
-            for stop, phi, out in self._features(source, labels, plan, visit, with_outputs=True):
+            rows = Rows(func, "X_train", visit.index, "output function")
+            batches = self._features(source, labels, plan, visit, rows, with_outputs=True)
+            for stop, phi, out in batches:
                 features[start:stop] = phi
+                check_finite(out, start, rows, "model outputs")
                 targets = labels.targets(NUMPY, labels.values[start:stop])
                 weights[start:stop] = out_to_loss(self.task, NUMPY, out, targets)
+                check_finite(weights[start:stop], start, rows, "out-to-loss weights")
                 start = stop
             checkpoints.append(self._kernel(features, weights, visit.index, func))
         return _Fitted(plan, n_train, outputs, fingerprints, checkpoints)
@@ -396,18 +407,20 @@ class TRAK:
         labels: Labels,
         plan: GradientPlan,
         visit: Visit,
+        rows: Rows,
         with_outputs: bool = False,
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(stop, features, outputs)`` per batch: host float32 features (rows, d) and, when
         asked, the model outputs (rows, K) in float64 (else an empty array). Every device batch
-        has exactly ``plan.rows`` rows."""
+        has exactly ``plan.rows`` rows; a NaN or inf gradient is an error naming its example
+        (``rows``)."""
         be = self._backend
         projection = None
         if self.proj_dim is not None:
             seed = _checkpoint_seed(self._seed, visit)
             projection = RandomProjection(plan.n_params, self.proj_dim, seed, _PROJECTION_KIND)
         project = Projector(be, projection)
-        batches = gradient_batches(be, self.model, self._fn, source, labels, plan, pad=True)
+        batches = gradient_batches(be, self.model, self._fn, source, labels, plan, rows, pad=True)
         for start, stop, x, grads in batches:
             features = project(grads)[: stop - start]
             out = np.empty((0, 0))
