@@ -239,30 +239,34 @@ def resolve_baselines(
     )
 
 
-def baseline_count(baselines: Any, n_baselines: Any, default: int, func: str) -> int:
+class DefaultCount(int):
+    """A method's default ``n_baselines`` (shown as the plain number in its signature): an
+    array of baselines replaces it with its own count, while a count the user passes, even
+    the same number, is checked against the array."""
+
+
+def baseline_count(baselines: Any, n_baselines: Any, func: str) -> int:
     """Baselines per sequence for a method that averages over several.
 
     An array carries its own count: ``(B, L, 4)`` (shared) or ``(N, B, L, 4)`` (one set per
-    sequence), either layout. ``n_baselines=None`` takes that count, else ``default``; an
-    explicit ``n_baselines`` that contradicts the array is refused.
+    sequence), either layout. It replaces a default ``n_baselines`` (a ``DefaultCount``); an
+    ``n_baselines`` the user passed that contradicts it is refused.
     """
-    if n_baselines is not None:
-        n_baselines = check_positive_int(n_baselines, "n_baselines", func)
-    if isinstance(baselines, str) or callable(baselines):
-        return default if n_baselines is None else n_baselines
+    given = not isinstance(n_baselines, DefaultCount)
+    count = check_positive_int(n_baselines, "n_baselines", func)
     shape = np.shape(baselines)
-    if len(shape) not in (3, 4):  # not a stack of baselines: resolve_baselines says so
-        return default if n_baselines is None else n_baselines
-    count = int(shape[0] if len(shape) == 3 else shape[1])
-    if n_baselines is not None and n_baselines != count:
+    if isinstance(baselines, str) or callable(baselines) or len(shape) not in (3, 4):
+        return count  # not a stack of baselines (resolve_baselines checks arrays' shapes)
+    carried = int(shape[0] if len(shape) == 3 else shape[1])
+    if given and count != carried:
         raise parameter_error(
             func,
             "n_baselines",
-            f"None or {count}, the baselines per sequence of the array of shape {shape}",
+            f"{carried}, the baselines per sequence of the array of shape {shape}, or left out",
             n_baselines,
             "Drop n_baselines: an array of baselines carries its own count.",
         )
-    return count
+    return carried
 
 
 def _call(fn: Callable[..., Any], x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

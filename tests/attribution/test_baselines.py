@@ -128,7 +128,7 @@ def test_an_explicit_count_that_contradicts_the_array_is_refused(conv_weights, f
     model = make_model("torch", "convnet", conv_weights, "NLC")
     X = random_one_hot(2, LENGTH, seed=24)
     refs = np.stack([random_one_hot(8, LENGTH, seed=40 + i) for i in range(2)])
-    with pytest.raises(ValueError, match=r"'n_baselines' parameter .*None or 8.*Got 20 .*Drop"):
+    with pytest.raises(ValueError, match=r"'n_baselines' parameter .* must be 8, .*Got 20 .*Drop"):
         func(model, X, baselines=refs, n_baselines=20)
     np.testing.assert_array_equal(
         func(model, X, baselines=refs, n_baselines=8), func(model, X, baselines=refs)
