@@ -221,7 +221,7 @@ def test_export_into_a_file_name(files, tmp_path, capsys):
     "name, text, flag, words",
     [
         ("iupac.fa", ">a\nACGTRACGT\n", "--fasta", "'R'"),
-        ("dup.fa", ">a\nACGT\n>a\nACGT\n", "--fasta", '"a"'),
+        ("dup.fa", ">a\nACGT\n>a\nACGT\n", "--fasta", "dup.fa"),
         ("empty.fa", "", "--fasta", ">"),
         ("noheader.fa", "ACGT\n", "--fasta", ">"),
     ],
