@@ -106,8 +106,12 @@ class TracksFile:
             return self._wrap(function(*args))
         except (OSError, RuntimeError, KeyError) as exc:
             path, func, param = self._where
-            missing = isinstance(exc, KeyError)
-            detail = f"it lacks {exc.args[0]!r}" if missing and exc.args else short_reason(exc)
+            detail = short_reason(exc)
+            if isinstance(exc, KeyError) and function == self._obj.__getitem__:
+                kind = (
+                    "attribute" if isinstance(self._obj, self._h5py.AttributeManager) else "entry"
+                )
+                detail = f"it lacks the {kind} {args[0]!r}"
             raise damaged(func, param, path, detail, DAMAGED_FIX) from exc
 
     def __getitem__(self, key: Any) -> Any:
