@@ -77,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print(f"\n{prog}: interrupted: {interrupted(args)}", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # stdout piped into a reader that stopped (| head)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         except _ERRORS as exc:
             message = cli_message(exc, _context(args), _paths(args))
             print(f"{prog}: error: {message}", file=sys.stderr)
