@@ -19,6 +19,7 @@ Each page runs in a fresh temporary folder holding a copy of the demo files (``d
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import operator
 import os
@@ -295,3 +296,70 @@ def test_docs_build_without_warnings(tmp_path: Path) -> None:
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _distributions(requirements: list[str]) -> set[str]:
+    """The distributions that installing ``requirements`` brings, dependencies included."""
+    seen: set[str] = set()
+    todo = list(requirements)
+    while todo:
+        requirement = todo.pop()
+        if "extra ==" in requirement:
+            continue
+        name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo += importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return seen
+
+
+def test_page_code_imports_only_what_the_extras_install() -> None:
+    """A page's code imports the standard library, seqattrib and what its extras (not ``dev``)
+    install; anything else must be said on the page and left to a fragment."""
+    meta = importlib.metadata.metadata("seqattrib")
+    requirements = [
+        r.split(";")[0] + " "
+        for r in meta.get_all("Requires-Dist") or []
+        if "extra == 'dev'" not in r and 'extra == "dev"' not in r
+    ]
+    installed = _distributions(requirements)
+    owners = importlib.metadata.packages_distributions()
+    foreign = []
+    for page in SOURCES:
+        for block in blocks(page):
+            if block.lang != "python":
+                continue
+            for module in re.findall(r"^\s*(?:from|import)\s+(\w+)", block.code, flags=re.M):
+                if module in sys.stdlib_module_names or module == "seqattrib":
+                    continue
+                names = {d.lower().replace("_", "-") for d in owners.get(module, [module])}
+                if not names & installed:
+                    foreign.append(
+                        f"docs/{page.relative_to(DOCS).as_posix()}:{block.line}: {module}"
+                    )
+    assert not foreign, foreign
+
+
+def test_the_cli_page_lists_every_method_of_explain() -> None:
+    import argparse
+
+    from seqattrib.cli import subcommands
+
+    parser = subcommands.explain(argparse.ArgumentParser().add_subparsers())
+    (method,) = [a for a in parser._actions if "--method" in a.option_strings]
+    row = re.search(r"^\| `--method ([^`]+)` \|", (DOCS / "guide" / "cli.md").read_text(), re.M)
+    assert row and row[1].split("\\|") == list(method.choices)
+
+
+def _features(text: str) -> list[str]:
+    return re.findall(r"^- \*\*([^*]+)\*\*", text.split("\n## ", 1)[0], flags=re.M)
+
+
+def test_the_landing_page_and_the_readme_list_the_same_features() -> None:
+    readme = _features((ROOT / "README.md").read_text())
+    assert "DeepLIFT / DeepSHAP" in readme and "variant effects" in readme
+    assert _features((DOCS / "index.md").read_text()) == readme
