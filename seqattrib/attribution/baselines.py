@@ -18,6 +18,7 @@ import numpy as np
 from .._errors import parameter_error
 from .._validation import check_positive_int
 from ..engine import SequenceSource
+from ..io.fingerprint import function_identity
 
 NAMES = ("zeros", "uniform", "shuffle", "dinuc_shuffle", "random")
 #: Baselines drawn at random per sequence (the others are the same for every draw).
@@ -273,13 +274,27 @@ def _call(fn: Callable[..., Any], x: np.ndarray, n: int, rng: np.random.Generato
     return np.asarray(fn(x, n, rng))
 
 
-def describe_baselines(baselines: Any) -> str:
-    """A text that identifies the baselines (stored with tracks files, compared on resume)."""
+def describe_baselines(baselines: Any, source: SequenceSource, n_baselines: int) -> str:
+    """A text that identifies the baselines (stored with tracks files, compared on resume).
+
+    A callable is identified by what it is (``function_identity``: its code, closure values
+    and simple globals) and by what it returns: a digest of its baselines for the first,
+    middle and last sequences of X, drawn with a fixed generator. So a deterministic callable
+    resumes its file, and one that returns other baselines (another lambda, another closure,
+    an edited body) is refused instead of mixing its rows with the file's.
+    """
     if isinstance(baselines, str):
         return baselines
     if callable(baselines):
-        module = getattr(baselines, "__module__", "")
-        return f"callable:{module}.{getattr(baselines, '__qualname__', '')}"
+        digest = hashlib.blake2b(digest_size=8)
+        n = source.n_sequences
+        for i in sorted({0, n // 2, n - 1} if n else set()):
+            x = source.read(i, i + 1)
+            rng = sequence_rng(0, source.to_nlc(x)[0])
+            probe = np.ascontiguousarray(_call(baselines, x[0], n_baselines, rng), np.float32)
+            digest.update(f"{probe.shape}|".encode())
+            digest.update(probe.tobytes())
+        return f"callable:{function_identity(baselines)}:output:{digest.hexdigest()}"
     array = np.ascontiguousarray(np.asarray(baselines, dtype=np.float32))
     digest = hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
     return f"array{list(array.shape)}:{digest}"

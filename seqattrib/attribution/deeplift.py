@@ -45,7 +45,7 @@ class DeepLiftMethod:
         return {
             "rule": "rescale",
             "n_baselines": self.n_baselines,
-            "baselines": describe_baselines(self.baselines),
+            "baselines": describe_baselines(self.baselines, self.source, self.n_baselines),
             "multiply_by_inputs": self.multiply_by_inputs,
             "return_delta": self.return_delta,
         }
