@@ -210,6 +210,19 @@ def test_export_folder_that_cannot_be_made(files, tmp_path, capsys, monkeypatch,
     assert "--outdir" in err
 
 
+def test_export_bigwig_into_a_read_only_folder(files, tmp_path, capsys, monkeypatch):
+    from seqattrib.io import export
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    monkeypatch.setattr(export, "open", read_only, raising=False)
+    argv = ["export", "bigwig", str(files / "hyp.h5"), "-o", str(tmp_path)]
+    err = _error([*argv, "--chrom-sizes", str(files / "sizes")], capsys)
+    assert "--outdir" in err and "read-only" in err.lower()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_into_a_file_name(files, tmp_path, capsys):
     (tmp_path / "m").write_text("a file")
     err = _error(["export", "modisco", str(files / "hyp.h5"), "-o", str(tmp_path / "m")], capsys)
