@@ -173,7 +173,7 @@ def test_plot_on_a_full_disk_names_the_output(files, tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(Figure, "savefig", full)
     err = _error(["plot", str(files / "hyp.h5"), "-o", str(tmp_path / "x.png")], capsys)
-    assert "--output" in err and "space" in err.lower()
+    assert f"--output '{tmp_path / 'x.png'}'" in err and "space" in err.lower()
     assert list(tmp_path.iterdir()) == []
 
 
