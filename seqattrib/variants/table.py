@@ -101,10 +101,11 @@ def _settings_line(settings: dict[str, Any]) -> str:
 def _read_settings(path: str) -> dict[str, Any] | None:
     """The settings of an effects table (None: not one)."""
     if _is_parquet(path) and not path.endswith(".partial.tsv"):
+        pa = import_optional("pyarrow")
         pq = import_optional("pyarrow.parquet")
         try:
             meta = pq.read_schema(path).metadata or {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, pa.ArrowException):
             return None
         text = meta.get(b"seqattrib")
     else:
@@ -641,6 +642,7 @@ def to_parquet(text: str, path: str, settings: dict[str, Any]) -> None:
         parse_options=csv.ParseOptions(delimiter="\t", quote_char=False),
         convert_options=csv.ConvertOptions(
             column_types=dict(zip(types.names, types.types, strict=True)),
+            null_values=[],  # "nan" is a number (a log ratio of outputs that are not positive)
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         ),
@@ -721,7 +723,14 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
         )
     settings = _read_settings(path)
     if settings is None:
-        raise parameter_error(func, "path", "a variant effects table", path)
+        raise parameter_error(
+            func,
+            "path",
+            "a variant effects table (its first line names the format and settings)",
+            path,
+            "Pass a table that variant_effects or merge_effects wrote; rewrite a damaged one "
+            "(rerun its command with overwrite=True).",
+        )
     reading = Reading(
         func, "path", "Write it again: rerun the command that wrote it with overwrite=True."
     )

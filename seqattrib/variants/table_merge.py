@@ -7,7 +7,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
@@ -73,11 +73,17 @@ def merge_effects(
                 func, "shards", "existing shard tables", path, error=FileNotFoundError
             )
         settings = _read_settings(path)
-        if settings is None or "shard" not in settings:
+        span = {} if settings is None else settings.get("shard")
+        if settings is None or not _is_span(span):
             raise parameter_error(
-                func, "shards", "tables written with --shard i/n", path, described=True
+                func,
+                "shards",
+                "tables written with --shard i/n",
+                path,
+                "Pass the shard tables of one job; rewrite a damaged one (rerun its command with "
+                "overwrite=True).",
+                described=True,
             )
-        span = settings["shard"]
         check_complete(func, path, _rows(path), span, "variant")
         infos.append((span, settings, path))
     infos.sort(key=lambda info: info[0]["start"])
@@ -124,6 +130,14 @@ def merge_effects(
     finally:
         held.release()
     return Path(out)
+
+
+def _is_span(span: Any) -> TypeGuard[dict[str, int]]:
+    """Whether a table's ``shard`` setting is one (``start``, ``stop``, ``total``: integers)."""
+    keys = ("start", "stop", "total")
+    if not isinstance(span, dict) or not all(isinstance(span.get(k), int) for k in keys):
+        return False
+    return bool(0 <= span["start"] <= span["stop"] <= span["total"])
 
 
 def _rows(path: str) -> int:
