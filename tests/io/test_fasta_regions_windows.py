@@ -368,8 +368,7 @@ def test_a_faulty_fasta_is_one_line_naming_path(tmp_path: Path, name: str, backe
 
 
 def test_an_iupac_letter_in_a_fasta_names_letter_record_and_file(tmp_path: Path):
-    path = _write(tmp_path / "seqs.fa", ">one\nACGTACGT\n>two\nACGTRCGT\n")
-    windows = sa.io.fasta_windows(path)
-    pattern = r"letter 'R' at position 4 of record 'two' of '.*seqs.fa'"
+    path = _write(tmp_path / "seqs.fa", ">one\nACGTACGT\n>two desc\nACGT\nGTRC\n")
+    pattern = r"'path' .*letter 'R' at position 6 of record 'two' \(line 5\) of '.*seqs.fa'"
     with pytest.raises(ValueError, match=pattern):
-        windows[:]
+        sa.io.fasta_windows(path)  # at once, before any window is read
