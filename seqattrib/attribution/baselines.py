@@ -286,15 +286,15 @@ def describe_baselines(baselines: Any, source: SequenceSource, n_baselines: int)
     if isinstance(baselines, str):
         return baselines
     if callable(baselines):
-        digest = hashlib.blake2b(digest_size=8)
+        outputs = hashlib.blake2b(digest_size=8)
         n = source.n_sequences
         for i in sorted({0, n // 2, n - 1} if n else set()):
             x = source.read(i, i + 1)
             rng = sequence_rng(0, source.to_nlc(x)[0])
             probe = np.ascontiguousarray(_call(baselines, x[0], n_baselines, rng), np.float32)
-            digest.update(f"{probe.shape}|".encode())
-            digest.update(probe.tobytes())
-        return f"callable:{function_identity(baselines)}:output:{digest.hexdigest()}"
+            outputs.update(f"{probe.shape}|".encode())
+            outputs.update(probe.tobytes())
+        return f"callable:{function_identity(baselines)}:output:{outputs.hexdigest()}"
     array = np.ascontiguousarray(np.asarray(baselines, dtype=np.float32))
     digest = hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
     return f"array{list(array.shape)}:{digest}"

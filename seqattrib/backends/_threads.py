@@ -17,8 +17,8 @@ from pathlib import Path
 def _cgroup_quota(root: Path) -> float | None:
     """CPUs allowed by a cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us`` file, or None."""
     try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
+        limit, interval = (root / "cpu.max").read_text().split()[:2]
+        return None if limit == "max" else int(limit) / int(interval)
     except (OSError, ValueError):
         pass
     try:
