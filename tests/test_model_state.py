@@ -14,6 +14,15 @@ import torch
 import seqattrib as sa
 
 LENGTH = 16
+_BASES = np.random.default_rng(3).choice(list("ACGT"), 200)
+GENOME = {"chr1": "".join(_BASES)}
+VARIANTS = {
+    "chrom": ["chr1", "chr1"],
+    "pos": [50, 120],
+    "id": ["v0", "v1"],
+    "ref": [_BASES[49], _BASES[119]],
+    "alt": ["A" if _BASES[49] != "A" else "C", "G" if _BASES[119] != "G" else "T"],
+}
 
 METHODS = {
     "saliency": lambda m, X, **kw: sa.saliency(m, X, batch_size=3, **kw),
@@ -28,6 +37,9 @@ METHODS = {
     "ism_exact": lambda m, X, **kw: sa.ism(m, X, fast=False, batch_size=7, **kw),
     "ism_fast": lambda m, X, **kw: sa.ism(m, X, fast=True, batch_size=7, **kw),
     "explain": lambda m, X, **kw: sa.explain(m, X, method="ig", n_steps=2, **kw),
+    "variant_effects": lambda m, X, **kw: sa.variant_effects(
+        m, GENOME, VARIANTS, length=LENGTH, layout="NCL", score="delta", **kw
+    ),
 }
 
 
