@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 import seqattrib as sa
-from seqattrib import SeqAttribWarning
+from seqattrib import SeqAttribWarning, demo
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -363,3 +363,24 @@ def test_the_landing_page_and_the_readme_list_the_same_features() -> None:
     readme = _features((ROOT / "README.md").read_text())
     assert "DeepLIFT / DeepSHAP" in readme and "variant effects" in readme
     assert _features((DOCS / "index.md").read_text()) == readme
+
+
+def test_the_tutorial_logo_shows_a_planted_site() -> None:
+    """The row, target and window of the tutorial's logo hold a motif planted for that target."""
+    page = (DOCS / "getting-started.md").read_text()
+    n_peaks = int(re.search(r"tail -n (\d+) demo_regions\.bed > peaks\.bed", page)[1])
+    plot = re.search(r"seqattrib plot tracks\.h5 (.*)", page)[1]
+    flags = dict(re.findall(r"--(row|target|start|end) (\d+)", plot))
+    names = [
+        line.split()[3] for line in (ROOT / "data" / "demo_regions.bed").read_text().splitlines()
+    ]
+    name = names[-n_peaks:][int(flags["row"])]
+    table = [
+        line.split("\t") for line in (ROOT / "data" / "demo_motifs.tsv").read_text().splitlines()
+    ]
+    row = dict(zip(table[0], next(r for r in table[1:] if r[0] == name), strict=True))
+    task = demo.TASKS[int(flags["target"])]
+    assert row[f"has_{task}"] == "1", f"{name} has no planted {task} site"
+    start, end = int(row[f"{task}_start"]), int(row[f"{task}_end"])
+    assert int(flags.get("start", 0)) <= start and end <= int(flags.get("end", 10**9))
+    assert f"`{name}`" in page and f"bases {start} to {end - 1}" in page
