@@ -293,8 +293,8 @@ def parquet_batches(path: str, names: list[str], reading: Reading) -> Iterator[A
             return
         except failures as exc:
             raise unreadable(exc) from exc
-        if any(column.null_count for column in batch.columns):
-            raise reading.damaged(path, "with empty (null) entries")
+        if any(column.null_count for column in batch.columns[: len(IDENTITY)]):
+            raise reading.damaged(path, "with empty (null) chrom, pos, id, ref or alt entries")
         yield batch
 
 
@@ -743,7 +743,8 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
         for batch in parquet_batches(path, names, reading):
             for i, column in enumerate(batch.columns[: len(IDENTITY)]):
                 identity[i] += column.to_pylist()
-            numbers.append(np.stack([c.to_numpy() for c in batch.columns[len(IDENTITY) :]], axis=1))
+            floats = batch.columns[len(IDENTITY) :]  # nulls (NaN of older versions) read as NaN
+            numbers.append(np.stack([c.to_numpy(zero_copy_only=False) for c in floats], axis=1))
         values = np.concatenate(numbers) if numbers else np.zeros((0, len(names) - 5))
     else:
         rows: list[list[float]] = []

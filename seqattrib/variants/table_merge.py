@@ -159,9 +159,15 @@ def _copy_lines(path: str, names: list[str], target: Any, func: str) -> None:
         for i in (IDENTITY.index("chrom"), IDENTITY.index("id")):
             cols[i] = [escape(v) for v in cols[i]]
         for row in zip(*cols, strict=True):
-            target.write(
-                "\t".join(f"{v:.9g}" if isinstance(v, float) else str(v) for v in row) + "\n"
-            )
+            target.write("\t".join(_text(v) for v in row) + "\n")
+
+
+def _text(value: Any) -> str:
+    """A Parquet entry as the TSV writer writes it (a null number, NaN in tables of older
+    versions, as nan)."""
+    if value is None or isinstance(value, float):
+        return "%.9g" % (float("nan") if value is None else value)
+    return str(value)
 
 
 def _companion_kinds(paths: list[str], out: str, overwrite: bool, func: str) -> list[str]:

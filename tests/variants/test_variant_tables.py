@@ -236,3 +236,30 @@ def test_read_effects_of_a_malformed_table_is_a_one_line_error(tmp_path, models_
     assert message.startswith("The 'path' parameter of read_effects") and repr(str(out)) in message
     assert where in message or (where == "line 2" and "header (line 2)" in message)
     assert "overwrite=True" in message
+
+
+def test_parquet_keeps_nan_as_a_number_and_reads_nulls_of_older_tables_as_nan(tmp_path, models_ab):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    model, _ = models_ab
+    out = tmp_path / "effects.parquet"
+    kwargs = dict(KWARGS, score="log_ratio")
+    with pytest.warns(sa.SeqAttribWarning, match="log_ratio is NaN"):
+        memory = sa.variant_effects(model, GENOME, VARIANTS, **kwargs)
+        sa.variant_effects(model, GENOME, VARIANTS, out=out, **kwargs)
+    nan = np.isnan(memory.scores["log_ratio"][:, 0])
+    assert nan.any()
+    stored = pq.read_table(out)
+    assert stored.column("log_ratio_0").null_count == 0  # NaN is a number, not a missing value
+    np.testing.assert_array_equal(
+        read_effects(out).columns["log_ratio_0"], memory.scores["log_ratio"][:, 0]
+    )
+    # a table of an older version stored NaN as null: read (and merged) as NaN
+    column = stored.column("log_ratio_0")
+    nulls = pa.array(column.to_numpy(), mask=np.isnan(column.to_numpy()), type=pa.float32())
+    older = stored.set_column(stored.column_names.index("log_ratio_0"), "log_ratio_0", nulls)
+    assert older.column("log_ratio_0").null_count == nan.sum()
+    pq.write_table(older, out)
+    np.testing.assert_array_equal(
+        read_effects(out).columns["log_ratio_0"], memory.scores["log_ratio"][:, 0]
+    )
