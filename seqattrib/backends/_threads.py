@@ -29,6 +29,14 @@ def _cgroup_quota(root: Path) -> float | None:
     return None if quota <= 0 or period <= 0 else quota / period
 
 
+def affinity_cpus() -> int:
+    """CPUs in this process's affinity mask (all of the machine's where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
 def available_cpus(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> int:
     """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (rounded up).
 
@@ -37,10 +45,7 @@ def available_cpus(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> in
     cgroup_root : path
         Where the cgroup file system is mounted.
     """
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        count = os.cpu_count() or 1
+    count = affinity_cpus()
     quota = _cgroup_quota(Path(cgroup_root))
     if quota is not None:
         count = min(count, max(1, math.ceil(quota)))

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import models
 import pytest
 import torch
 
 import seqattrib as sa
 from seqattrib.backends import _torch
-from seqattrib.backends._threads import available_cpus
+from seqattrib.backends._threads import affinity_cpus, available_cpus
 
 
 @pytest.mark.parametrize(
@@ -28,7 +26,7 @@ def test_available_cpus_is_the_affinity_capped_by_the_quota(tmp_path, files, cap
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    affinity = len(os.sched_getaffinity(0))
+    affinity = affinity_cpus()
     assert available_cpus(tmp_path) == (affinity if cap is None else min(affinity, cap))
 
 
@@ -56,3 +54,18 @@ def test_torch_runs_with_at_most_one_thread_per_available_cpu(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen and set(seen) == {1}
+
+
+def test_tensorflow_under_a_cpu_quota_says_how_to_set_its_threads(monkeypatch):
+    """TensorFlow's pools cannot be resized once it runs: with its default thread count and a
+    quota below the CPUs it sees, a call says which setting to make."""
+    tf = pytest.importorskip("tensorflow")
+    from seqattrib.backends import _tensorflow
+
+    if affinity_cpus() < 2:
+        pytest.skip("needs two CPUs to simulate a quota of one")
+    monkeypatch.setattr(_tensorflow, "available_cpus", lambda: 1)
+    monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 0)
+    model = models.keras_model("convnet", models.convnet_weights(), 12, "NLC")
+    with pytest.warns(sa.SeqAttribWarning, match=r"set_intra_op_parallelism_threads\(1\)"):
+        sa.saliency(model, models.random_one_hot(3, 12), batch_size=2)
