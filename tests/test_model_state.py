@@ -157,3 +157,11 @@ def test_a_keras_model_keeps_its_weights_and_trainable_flags():
     assert [layer.trainable for layer in model.layers] == flags
     for now, then in zip(model.get_weights(), weights, strict=True):
         np.testing.assert_array_equal(now, then)
+
+
+def test_a_model_without_weights_is_refused():
+    model = _model(torch.float32).to("meta")
+    X = models.random_one_hot(3, LENGTH, seed=1, layout="NCL")
+    with pytest.raises(ValueError, match=r"'model' parameter .*meta device.*load_state_dict"):
+        sa.saliency(model, X)
+    assert next(model.parameters()).device.type == "meta"

@@ -184,6 +184,15 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
             return
         params = list(model.parameters())
         tensors = params + list(model.buffers())
+        if any(t.device.type == "meta" for t in tensors):
+            raise parameter_error(
+                "the call",
+                "model",
+                "a model whose weights hold values",
+                "a model with weights on the meta device (shapes without values)",
+                "Load its weights first: model.to_empty(device='cpu'), then load_state_dict.",
+                described=True,
+            )
         home = tensors[0].device if tensors else torch.device("cpu")
         target = _device(device) if device is not None else home
         modes = [(m, m.training) for m in model.modules()]
