@@ -5,12 +5,21 @@ function, in TSV and Parquet; chromosome names and ids with tabs, newlines, carr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import make_model
-from variant_cases import L, make_genome, other_base
+from variant_cases import (  # noqa: F401 - the genome and fasta fixtures
+    L,
+    fasta_fixture,
+    genome_fixture,
+    make_genome,
+    other_base,
+)
 
 import seqattrib as sa
+from seqattrib.cli import main
 from seqattrib.variants import merge_effects, read_effects
 from seqattrib.variants import table as effects_table
 
@@ -263,3 +272,44 @@ def test_parquet_keeps_nan_as_a_number_and_reads_nulls_of_older_tables_as_nan(tm
     np.testing.assert_array_equal(
         read_effects(out).columns["log_ratio_0"], memory.scores["log_ratio"][:, 0]
     )
+
+
+FACTORY = """
+import sys
+sys.path.insert(0, {tests!r})
+import models
+
+def model_a():
+    return models.torch_model("convnet", models.convnet_weights(n_outputs=3), "NCL")
+
+def model_b():
+    weights = models.convnet_weights(n_outputs=3)
+    weights["dense"][0, 0] += 0.5
+    return models.torch_model("convnet", weights, "NCL")
+"""
+
+
+def test_command_line_rerun_with_another_model(tmp_path, monkeypatch, fasta, capsys):
+    """``seqattrib variants --model B`` on the table of ``--model A``: exit 1, one line."""
+    tests = str(Path(__file__).parents[1])
+    (tmp_path / "two_models.py").write_text(FACTORY.format(tests=tests))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lines = ["chrom\tpos\tid\tref\talt"]
+    lines += [
+        f"chr1\t{p}\tv{p}\t{r}\t{a}"
+        for p, r, a in zip(*(VARIANTS[k] for k in ("pos", "ref", "alt")), strict=True)
+    ]
+    (tmp_path / "variants.tsv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "effects.tsv"
+    argv = ["variants", "--genome", str(fasta), "--table", str(tmp_path / "variants.tsv"),
+            "--length", str(L), "--score", "delta", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main([*argv, "--model", "two_models:model_a"]) == 0
+    written = out.read_bytes()
+    capsys.readouterr()
+    assert main([*argv, "--model", "two_models:model_b"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("seqattrib variants: error: --out must be"), err
+    assert "written with another model" in err and "--overwrite" in err
+    assert out.read_bytes() == written
+    assert main([*argv, "--model", "two_models:model_a"]) == 0  # the same model reuses it
+    assert out.read_bytes() == written
