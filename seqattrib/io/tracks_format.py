@@ -127,6 +127,8 @@ class TracksFile:
         return int(self._call(len, self._obj))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # ours are set in __init__; h5py's private ones stay hidden
+            raise AttributeError(name)
         value = self._call(getattr, self._obj, name)
         if callable(value) and not isinstance(value, TracksFile):
             return lambda *args: self._call(value, *args)
@@ -134,7 +136,7 @@ class TracksFile:
 
     def has_dataset(self, name: str) -> bool:
         """Whether ``name`` is a dataset of this file or group."""
-        return name in self and isinstance(self._obj[name], self._h5py.Dataset)
+        return name in self and isinstance(getattr(self[name], "_obj", None), self._h5py.Dataset)
 
     def json_attribute(self, key: str, default: str | None = None) -> Any:
         """The attribute ``key`` parsed as JSON (``default`` when it is absent)."""
