@@ -165,3 +165,19 @@ def test_a_model_without_weights_is_refused():
     with pytest.raises(ValueError, match=r"'model' parameter .*meta device.*load_state_dict"):
         sa.saliency(model, X)
     assert next(model.parameters()).device.type == "meta"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(("home", "device"), [("cpu", "cuda"), ("cuda", "cpu")])
+@pytest.mark.parametrize("failure", [None, "output_fn"])
+def test_a_run_on_another_device_moves_the_model_back(home, device, failure):
+    model = _model(torch.float64).to(home)
+    X = models.random_one_hot(5, LENGTH, seed=1, layout="NCL")
+    before = _snapshot(model)
+    if failure is None:
+        _run("expected_integrated_gradients", model, X, device=device)
+    else:
+        with pytest.raises(ValueError, match="output_fn"):
+            _run("saliency", model, X, device=device, output_fn=_raising_on_call(2))
+    _assert_unchanged(model, before)
