@@ -16,7 +16,6 @@ import numpy as np
 import keras
 import torch
 torch.set_num_threads(1)
-import seqattrib as sa
 from seqattrib.backends import get_backend
 from seqattrib.data_attribution.checkpoints import load_state
 
@@ -31,16 +30,11 @@ assert isinstance(model, torch.nn.Module)
 lists = [build(seed).get_weights() for seed in (1, 2)]
 load_state(get_backend(model), model, lists[0])
 loaded = all(np.array_equal(a, b) for a, b in zip(model.get_weights(), lists[0], strict=True))
-states = []
-for weights in lists:
-    model.set_weights(weights)
-    states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
 rng = np.random.default_rng(0)
 X = np.eye(4, dtype=np.float32)[rng.integers(0, 4, (6, 5))]
-y = rng.integers(0, 20, 6)
-by_list = sa.TracIn(model, lists).fit(X, y).scores(X[:2], y[:2])
-by_state = sa.TracIn(model, states).fit(X, y).scores(X[:2], y[:2])
-print(json.dumps({"loaded": loaded, "gap": float(np.abs(by_list - by_state).max())}))
+with torch.no_grad():
+    gap = float((model(torch.from_numpy(X)) - build(1)(torch.from_numpy(X))).abs().max())
+print(json.dumps({"loaded": loaded, "gap": gap}))
 """
 
 
@@ -57,4 +51,4 @@ def test_a_weight_list_loads_into_a_keras_model_on_torch_in_its_own_order(tmp_pa
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["loaded"]
-    assert result["gap"] == 0.0  # the same checkpoints given as state dicts
+    assert result["gap"] == 0.0  # the outputs of the model whose weights the list holds
