@@ -494,11 +494,12 @@ class EffectsWriter:
         return done
 
     def _check_parquet(self, path: str) -> None:
-        """A finished Parquet table to reuse: every row that of this job's variant."""
-        done = 0
+        """A finished Parquet table to reuse: each row names this job's variant at its place."""
+        done, more = 0, False
         for batch in parquet_batches(path, self.names, self._reading()):
             rows = batch.select(list(IDENTITY)).to_pylist()
             if done + len(rows) > self.n_variants:
+                more = True
                 break
             identity = [
                 [escape(r["chrom"]), str(r["pos"]), escape(r["id"]), r["ref"], r["alt"]]
@@ -506,14 +507,13 @@ class EffectsWriter:
             ]
             self._check_identity(path, done, identity)
             done += len(rows)
-        else:
-            if done == self.n_variants:
-                return
+        if not more and done == self.n_variants:
+            return
         raise parameter_error(
             self.func,
             "out",
             f"a finished table of {self.n_variants} variants to reuse",
-            f"{path!r} with {'more' if done < self.n_variants else 'fewer'} rows",
+            f"{path!r} with {'more' if more else f'only {done}'} rows",
             _FIX,
             described=True,
         )

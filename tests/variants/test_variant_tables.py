@@ -313,3 +313,17 @@ def test_command_line_rerun_with_another_model(tmp_path, monkeypatch, fasta, cap
     assert out.read_bytes() == written
     assert main([*argv, "--model", "two_models:model_a"]) == 0  # the same model reuses it
     assert out.read_bytes() == written
+
+
+@pytest.mark.parametrize("keep", [N - 1, 0])
+def test_a_finished_parquet_table_with_rows_missing_is_not_reused(tmp_path, models_ab, keep):
+    pq = pytest.importorskip("pyarrow.parquet")
+    model, _ = models_ab
+    out = tmp_path / "effects.parquet"
+    sa.variant_effects(model, GENOME, VARIANTS, out=out, **KWARGS)
+    table = pq.read_table(out)
+    pq.write_table(table.slice(0, keep), out)  # its settings kept, rows lost
+    with pytest.raises(ValueError, match=rf"with only {keep} rows.*overwrite=True") as info:
+        sa.variant_effects(model, GENOME, VARIANTS, out=out, **KWARGS)
+    _one_line(str(info.value))
+    assert pq.read_table(out).num_rows == keep
