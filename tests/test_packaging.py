@@ -7,7 +7,9 @@
   packages, then the README's demo command: what a new user does first. That environment
   (torch and the rest, a slow install) is cached under ``~/.cache/seqattrib-tests`` (or
   ``$SEQATTRIB_TEST_CACHE``), keyed by the wheel's dependencies and this Python, so the slow
-  install happens once per machine; each run then installs the fresh wheel into it.
+  install happens once per machine; each run then installs the fresh wheel into it. pip reads
+  ``.ci/constraints.txt`` through ``PIP_CONSTRAINT`` (the install line itself is unchanged), so
+  torch resolves to the CPU build CI pins rather than a multi-GB CUDA build.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+CONSTRAINTS = REPO / ".ci" / "constraints.txt"
 CACHE = Path(os.environ.get("SEQATTRIB_TEST_CACHE", Path.home() / ".cache" / "seqattrib-tests"))
 pytestmark = pytest.mark.slow
 
@@ -133,7 +136,9 @@ def _readme_venv(wheel: Path, install: list[str]) -> Path:
     requirement = str(wheel) + spec[len("seqattrib") :]  # "<wheel>[torch]": the README's extras
     pip_args = [w for w in install[2:] if w != spec]
     key = hashlib.sha256(
-        "\n".join([sys.version, spec, *pip_args, *_wheel_requirements(wheel)]).encode()
+        "\n".join(
+            [sys.version, spec, *pip_args, CONSTRAINTS.read_text(), *_wheel_requirements(wheel)]
+        ).encode()
     ).hexdigest()[:16]
     CACHE.mkdir(parents=True, exist_ok=True)
     env = CACHE / f"readme-venv-{key}"
@@ -151,6 +156,7 @@ def _readme_venv(wheel: Path, install: list[str]) -> Path:
             )
         out = subprocess.run(
             [str(python), "-m", "pip", "install", "-q", *pip_args, requirement],
+            env=dict(os.environ, PIP_CONSTRAINT=str(CONSTRAINTS)),
             capture_output=True,
             text=True,
             timeout=1800,
