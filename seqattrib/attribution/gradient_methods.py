@@ -13,15 +13,14 @@ from .._errors import deprecated_alias
 from ..engine import as_source
 from .baselines import DefaultCount, baseline_count
 from .gradient_job import EIG_DEFAULTS, GradientMethod, eig_preset
-from .job import drop_target_axis, run_job
+from .job import run_job
 from .options import RunOptions, shared_docs
 
 
 def _attribute(method: GradientMethod, model: Any, options: RunOptions) -> Any:
-    result, squeeze = run_job(method, model, method.source, options)
+    result, _ = run_job(method, model, method.source, options)
     if isinstance(result, str):
         return result
-    result = drop_target_axis(result, squeeze)
     names = ["attributions"] + ["delta"] * method.return_delta + ["stderr"] * method.return_stderr
     returned = [result[name] for name in names]
     if method.tolerance is not None:

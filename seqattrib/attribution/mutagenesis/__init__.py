@@ -15,7 +15,7 @@ from ..._errors import SeqAttribWarning, parameter_error
 from ..._validation import check_alphabet_axis
 from ...backends import WindowedBackend, capability
 from ...engine import SequenceSource, as_source
-from ..job import JobContext, drop_target_axis, run_job
+from ..job import JobContext, run_job
 from ..options import RunOptions, shared_docs
 from .choice import AUTO_MAX_COST_RATIO, checked_plan
 from .fast import FastForward, fast_forward
@@ -184,12 +184,12 @@ def ism(
     source = as_source(X, alphabet_axis, func)
     method = IsmMethod(source, scan_window(positions, source.length, func), score, fast)
     try:
-        result, squeeze = run_job(method, model, source, options)
+        result, _ = run_job(method, model, source, options)
     finally:
         method.release()
     if isinstance(result, str):
         return result
-    return drop_target_axis(result, squeeze)["attributions"]
+    return result["attributions"]
 
 
 def ism_to_hypothetical(scores: Any, *, alphabet_axis: int | None = None) -> np.ndarray:
