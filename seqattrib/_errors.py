@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,9 +21,21 @@ class SeqAttribDeprecationWarning(SeqAttribWarning, FutureWarning):
 F = TypeVar("F", bound=Callable[..., Any])
 #: The old names already warned about in this process: (where, old name).
 _WARNED: set[tuple[str, str]] = set()
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def warn_renamed(where: str, old: str, new: str, *, stacklevel: int = 3) -> None:
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the calling function point at the
+    first caller outside this package (the user's line), however deep the call."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def warn_renamed(where: str, old: str, new: str) -> None:
     """Warn, once per process, that ``old`` of ``where`` is now spelled ``new``."""
     if (where, old) in _WARNED:
         return
@@ -31,7 +44,7 @@ def warn_renamed(where: str, old: str, new: str, *, stacklevel: int = 3) -> None
         f"{old} of {where} is renamed {new}; the old name will stop working in the next "
         f"release. Use {new} instead.",
         SeqAttribDeprecationWarning,
-        stacklevel=stacklevel,
+        stacklevel=user_stacklevel(),
     )
 
 

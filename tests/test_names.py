@@ -108,6 +108,18 @@ def test_explain_takes_quadrature_like_the_methods(model, X):
     np.testing.assert_array_equal(got, want)
 
 
+def test_the_methods_own_warnings_still_point_at_the_callers_line(model, X):
+    """The layer that accepts the old names adds a call; a method's warnings still name the
+    caller's file."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        sa.expected_integrated_gradients(
+            model, X, n_baselines=2, n_steps=2, tolerance=1e-9, max_baselines=4
+        )
+    (warned,) = [w for w in record if "did not reach tolerance" in str(w.message)]
+    assert Path(warned.filename) == Path(__file__)
+
+
 def _read_all(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 

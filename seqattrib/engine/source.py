@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SeqAttribWarning, parameter_error
+from .._errors import SeqAttribWarning, parameter_error, user_stacklevel
 from .._validation import check_alphabet_axis
 
 #: Slack for float rounding in the one-hot checks (soft encodings pass, anything else fails).
@@ -211,7 +211,7 @@ def _tensor_rows(X: Any, func: str) -> Any:
             f"{func}: X is on {device}; it is read to the host in chunks (for the one-hot checks) "
             "and copied back to the device. Pass a host array to avoid the copies.",
             SeqAttribWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
     return _TensorRows(X)
 

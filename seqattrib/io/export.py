@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SeqAttribWarning, deprecated_alias, parameter_error
+from .._errors import SeqAttribWarning, deprecated_alias, parameter_error, user_stacklevel
 from .._optional import import_optional
 from ._hdf5 import failure
 from .tracks_format import decode_strings, open_tracks
@@ -247,7 +247,7 @@ def _report_rows(path: PathLike, done: int, total: int, func: str) -> None:
             "not written yet (the file is still being written, or its run was interrupted; "
             "rerun that run to complete it, then the export with overwrite=True).",
             SeqAttribWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 
