@@ -360,6 +360,20 @@ def test_a_registered_method_reaches_the_command_line(monkeypatch, fasta, tmp_pa
     assert "--attributions ig, eig, fake: points" in text
 
 
+def test_saliency_keeps_its_gradients_under_hypothetical(fasta, tmp_path, capsys):
+    """--hypothetical is what saliency stores anyway: accepted, nothing changes; a flag of a
+    keyword saliency lacks is refused, naming the methods that take it."""
+    base = ["explain", "--model", MODEL, "--fasta", str(fasta), "--method", "saliency", "--quiet"]
+    assert main([*base, "--out", str(tmp_path / "a.h5")]) == 0
+    assert main([*base, "--hypothetical", "--out", str(tmp_path / "b.h5")]) == 0
+    a, b = (read_tracks(tmp_path / f"{n}.h5") for n in "ab")
+    assert a.settings["multiply_by_inputs"] is False and b.settings["multiply_by_inputs"] is False
+    np.testing.assert_array_equal(a.attributions, b.attributions)
+    capsys.readouterr()
+    assert main([*base, "--n-steps", "5", "--out", str(tmp_path / "c.h5")]) == 1
+    assert "--n-steps must be used with --method ig or eig" in capsys.readouterr().err
+
+
 def test_variants_route_the_registry_options():
     from seqattrib.cli import build_parser
     from seqattrib.cli.commands import _attribution_options

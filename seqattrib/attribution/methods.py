@@ -35,8 +35,9 @@ class Method:
     command : str
         The subcommand that runs it (``"explain"``, or its own, such as ``"ism"``).
     keep_default : tuple of str
-        Keywords the command line leaves at the function's default whatever its flags say
-        (saliency always stores plain gradients: hypothetical scores).
+        Keywords the command line leaves at the function's default whatever its flags say (the
+        flag is accepted and changes nothing: saliency stores plain gradients, which are
+        hypothetical scores, with or without --hypothetical).
     """
 
     name: str

@@ -122,7 +122,9 @@ def method_keywords(args: argparse.Namespace, method: Any, command: str | None) 
     reaches the methods whose signature has its keyword).
 
     A flag given to a method without its keyword is refused, naming the methods that take it
-    (``command`` names the command in the error); with ``command=None`` it is left out.
+    (``command`` names the command in the error); with ``command=None`` it is left out. A flag
+    of a keyword the method keeps at its default is left out too (saliency's gradients are
+    hypothetical scores with or without --hypothetical).
     """
     from .subcommands import either, explained_methods, method_flags, takes
 
@@ -134,6 +136,8 @@ def method_keywords(args: argparse.Namespace, method: Any, command: str | None) 
         if takes(method, flag.keyword):
             if given is not None:
                 kwargs[flag.keyword] = flag.value(given)
+        elif flag.keyword in method.keep_default:
+            continue
         elif command is not None and given != flag.parser_default:
             users = [m.name for m in explained_methods() if takes(m, flag.keyword)]
             raise parameter_error(
