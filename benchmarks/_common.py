@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,36 @@ def one_thread(torch: Any = None, tf: Any = None) -> None:
     if tf is not None:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def start_frameworks(backends: Collection[str], *, captum: bool = False) -> dict[str, Any]:
+    """Import the frameworks of ``backends`` ("torch", "tensorflow"), torch first (the other
+    order can crash), and set them up alike for every benchmark: full float32 in torch, as
+    seqattrib computes (so both sides of a comparison do the same arithmetic), TensorFlow's
+    logging quiet. Returns the modules by name (with captum's, when asked for), for
+    ``machine_description``."""
+    frameworks: dict[str, Any] = {}
+    if "torch" in backends:
+        import torch
+
+        for setting in (
+            torch.backends.cudnn.conv,
+            torch.backends.cudnn.rnn,
+            torch.backends.cuda.matmul,
+        ):
+            setting.fp32_precision = "ieee"
+        frameworks["torch"] = torch
+        if captum:
+            import captum as captum_module
+
+            frameworks["captum"] = captum_module
+    if "tensorflow" in backends:
+        import keras
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")
+        frameworks |= {"tensorflow": tf, "keras": keras}
+    return frameworks
 
 
 def run_main(main: Callable[[], Any]) -> None:

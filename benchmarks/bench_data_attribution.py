@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
 import numpy as np
 from _common import (
     Row,
@@ -51,6 +53,7 @@ from _common import (
     probe_in_subprocess,
     relative_error,
     run_main,
+    start_frameworks,
     time_once,
 )
 
@@ -92,45 +95,7 @@ def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def torch_model(device: str = "cpu") -> Any:
-    import torch
-
-    class SmallCNN(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv1 = torch.nn.Conv1d(4, FILTERS, 11)
-            self.conv2 = torch.nn.Conv1d(FILTERS, FILTERS, 5, dilation=2)
-            self.dense = torch.nn.Linear(FILTERS, 2)
-
-        def forward(self, x: Any) -> Any:
-            h = torch.nn.functional.max_pool1d(torch.relu(self.conv1(x)), 4)
-            return self.dense(torch.relu(self.conv2(h)).mean(dim=-1))
-
-    torch.manual_seed(0)
-    return SmallCNN().eval().to(device)
-
-
-def keras_model() -> Any:
-    import keras
-
-    inputs = keras.Input((LENGTH, 4))
-    h = keras.layers.Conv1D(FILTERS, 11, activation="relu")(inputs)
-    h = keras.layers.MaxPooling1D(4)(h)
-    h = keras.layers.Conv1D(FILTERS, 5, dilation_rate=2, activation="relu")(h)
-    h = keras.layers.GlobalAveragePooling1D()(h)
-    return keras.Model(inputs, keras.layers.Dense(2)(h))
-
-
-def keras_weights(state: dict[str, Any]) -> list[np.ndarray]:
-    """A torch state dict of ``torch_model`` in ``keras_model().get_weights()`` order."""
-    w = {k: v.detach().cpu().numpy() for k, v in state.items()}
-    return [
-        w["conv1.weight"].transpose(2, 1, 0),
-        w["conv1.bias"],
-        w["conv2.weight"].transpose(2, 1, 0),
-        w["conv2.bias"],
-        w["dense.weight"].T,
-        w["dense.bias"],
-    ]
+    return models.small_cnn(FILTERS, device)
 
 
 def train_checkpoints(folder: Path, X: np.ndarray, y: np.ndarray) -> list[str]:
@@ -272,24 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     plan = QUICK if args.quick else FULL
     repeats = args.repeats or plan.repeats
 
-    import captum
-    import torch  # torch before TensorFlow, always
-
-    frameworks: dict[str, Any] = {"torch": torch, "captum": captum}
-    # seqattrib computes in full float32 (TF32 off inside its calls); so does everything else
-    # here, so both sides of a comparison do the same arithmetic.
-    for setting in (
-        torch.backends.cudnn.conv,
-        torch.backends.cudnn.rnn,
-        torch.backends.cuda.matmul,
-    ):
-        setting.fp32_precision = "ieee"
-    if "tensorflow" in backends:
-        import keras
-        import tensorflow as tf
-
-        tf.get_logger().setLevel("ERROR")
-        frameworks |= {"tensorflow": tf, "keras": keras}
+    frameworks = start_frameworks(backends, captum=True)
+    torch = frameworks["torch"]
+    tf = frameworks.get("tensorflow")
     header = machine_description(frameworks)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -436,10 +386,12 @@ def main(argv: list[str] | None = None) -> None:
 
         if "tensorflow" in backends:
             log("Keras")
-            kmodel = keras_model()
+            kmodel = models.keras_small_cnn(LENGTH, FILTERS)
             files = []
             for path in paths:
-                kmodel.set_weights(keras_weights(torch.load(path, weights_only=True)))
+                kmodel.set_weights(
+                    models.small_cnn_keras_weights(torch.load(path, weights_only=True))
+                )
                 files.append(path.replace(".pt", ".weights.h5"))
                 kmodel.save_weights(files[-1])
             as_nlc = [(np.ascontiguousarray(X.transpose(0, 2, 1)), y) for X, y in data]

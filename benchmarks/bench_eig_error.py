@@ -83,7 +83,7 @@ def eig(model, X, target, n_baselines, n_steps, rule, seed, **kwargs):
         target=target,
         n_baselines=n_baselines,
         n_steps=n_steps,
-        method=rule,
+        quadrature=rule,
         random_state=seed,
         batch_size=256,
         **kwargs,
@@ -155,7 +155,7 @@ def main() -> None:
     default = (
         parameters["n_baselines"].default,
         parameters["n_steps"].default,
-        parameters["method"].default,
+        parameters["quadrature"].default,
     )
     if args.default:
         b, s = (int(v) for v in args.default.split(","))

@@ -53,6 +53,7 @@ from _common import (
     peak_rss,
     probe_in_subprocess,
     relative_error,
+    start_frameworks,
     time_once,
 )
 
@@ -250,14 +251,14 @@ class Method:
     def ours(self, model: Any, X: np.ndarray, **kwargs: Any) -> Any:
         if self.name == "IG":
             return seqattrib.integrated_gradients(
-                model, X, n_steps=N_STEPS, method="riemann_trapezoid", **kwargs
+                model, X, n_steps=N_STEPS, quadrature="riemann_trapezoid", **kwargs
             )
         return seqattrib.expected_integrated_gradients(
             model,
             X,
             n_steps=N_STEPS,
             n_baselines=self.n_baselines,
-            method="riemann_trapezoid",
+            quadrature="riemann_trapezoid",
             random_state=0,
             **kwargs,
         )
@@ -589,7 +590,7 @@ def captum_rows(ctx: Context, n: int, script_args: argparse.Namespace) -> None:
             model,
             data,
             **ctx.ours_kwargs(
-                target=target, n_steps=N_STEPS, method="gausslegendre", batch_size=BATCH
+                target=target, n_steps=N_STEPS, quadrature="gausslegendre", batch_size=BATCH
             ),
         )
 
@@ -696,7 +697,7 @@ def memory_probe(spec: dict[str, Any]) -> None:
                 X,
                 target=target,
                 n_steps=N_STEPS,
-                method="gausslegendre",
+                quadrature="gausslegendre",
                 batch_size=BATCH,
                 device=spec["device"],
             )
@@ -750,28 +751,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.repeats is not None:
         plan = dataclasses.replace(plan, repeats=args.repeats)
 
-    frameworks: dict[str, Any] = {}
+    frameworks = start_frameworks(backends, captum=True)
     sides: list[Side] = []
-    if "torch" in backends:  # torch before TensorFlow, always
-        import captum
-        import torch
-
-        frameworks |= {"torch": torch, "captum": captum}
+    if "torch" in backends:
         sides.append(TorchSide(args.device))
-        # seqattrib computes in full float32 (TF32 off inside its calls); so does everything else
-        # here, so both sides of a comparison do the same arithmetic.
-        for setting in (
-            torch.backends.cudnn.conv,
-            torch.backends.cudnn.rnn,
-            torch.backends.cuda.matmul,
-        ):
-            setting.fp32_precision = "ieee"
     if "tensorflow" in backends:
-        import keras
-        import tensorflow as tf
-
-        tf.get_logger().setLevel("ERROR")
-        frameworks |= {"tensorflow": tf, "keras": keras}
         sides.append(TensorFlowSide(args.device))
     header = machine_description(frameworks)
 

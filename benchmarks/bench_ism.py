@@ -62,6 +62,7 @@ from _common import (
     peak_rss,
     probe_in_subprocess,
     relative_error,
+    start_frameworks,
     tangermeme_ism,
 )
 
@@ -774,13 +775,10 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
 
-    frameworks: dict[str, Any] = {}
+    frameworks = start_frameworks(backends)
     sides: list[Side] = []
     tangermeme: tuple[Any, str] | None = None
-    if "torch" in backends:  # torch before TensorFlow, always
-        import torch
-
-        frameworks["torch"] = torch
+    if "torch" in backends:
         sides.append(TorchSide())
         if "bpnet" in kinds or fast_kinds:
             tangermeme = load_tangermeme()
@@ -789,11 +787,6 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 log(f"tangermeme not available: {tangermeme[1]}")
     if "tensorflow" in backends:
-        import keras
-        import tensorflow as tf
-
-        tf.get_logger().setLevel("ERROR")
-        frameworks |= {"tensorflow": tf, "keras": keras}
         sides.append(TensorFlowSide())
     header = machine_description(frameworks)
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
 import numpy as np
 from _common import load_average, log, machine_description
 
@@ -102,18 +103,7 @@ def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def make_model() -> Any:
-    import torch
-
-    class MotifCNN(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = torch.nn.Conv1d(4, FILTERS, WIDTH)
-            self.dense = torch.nn.Linear(FILTERS, 3)
-
-        def forward(self, x: Any) -> Any:
-            return self.dense(torch.relu(self.conv(x)).mean(dim=-1))
-
-    return MotifCNN()
+    return models.motif_cnn(FILTERS, WIDTH)
 
 
 def train(X: np.ndarray, y: np.ndarray, seed: int, keep: tuple[int, ...] = ()) -> tuple[Any, list]:

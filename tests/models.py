@@ -296,3 +296,66 @@ def random_one_hot(n: int, length: int, seed: int = 0, layout: str = "NLC") -> n
     rng = np.random.default_rng(seed)
     X = np.eye(4, dtype=np.float32)[rng.integers(0, 4, size=(n, length))]
     return X if layout == "NLC" else np.ascontiguousarray(X.transpose(0, 2, 1))
+
+
+# --------------------------------------------------------------------------- data attribution
+def small_cnn(filters: int = 32, device: str = "cpu") -> Any:
+    """torch, on (N, 4, L): conv(4->F, 11) relu, max pool 4, conv(F->F, 5, dilation 2) relu,
+    mean over length, dense(F->2); seeded initial weights (the data-attribution benchmarks)."""
+    import torch
+
+    class SmallCNN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv1d(4, filters, 11)
+            self.conv2 = torch.nn.Conv1d(filters, filters, 5, dilation=2)
+            self.dense = torch.nn.Linear(filters, 2)
+
+        def forward(self, x: Any) -> Any:
+            h = torch.nn.functional.max_pool1d(torch.relu(self.conv1(x)), 4)
+            return self.dense(torch.relu(self.conv2(h)).mean(dim=-1))
+
+    torch.manual_seed(0)
+    return SmallCNN().eval().to(device)
+
+
+def keras_small_cnn(length: int, filters: int = 32) -> Any:
+    """``small_cnn`` in Keras, on (N, L, 4); ``small_cnn_keras_weights`` gives it torch's."""
+    import keras
+
+    inputs = keras.Input((length, 4))
+    h = keras.layers.Conv1D(filters, 11, activation="relu")(inputs)
+    h = keras.layers.MaxPooling1D(4)(h)
+    h = keras.layers.Conv1D(filters, 5, dilation_rate=2, activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    return keras.Model(inputs, keras.layers.Dense(2)(h))
+
+
+def small_cnn_keras_weights(state: dict[str, Any]) -> list[np.ndarray]:
+    """A torch state dict of ``small_cnn`` in ``keras_small_cnn().get_weights()`` order."""
+    w = {k: v.detach().cpu().numpy() for k, v in state.items()}
+    return [
+        w["conv1.weight"].transpose(2, 1, 0),
+        w["conv1.bias"],
+        w["conv2.weight"].transpose(2, 1, 0),
+        w["conv2.bias"],
+        w["dense.weight"].T,
+        w["dense.bias"],
+    ]
+
+
+def motif_cnn(filters: int, width: int, n_outputs: int = 3) -> Any:
+    """torch, on (N, 4, L): conv(4->F, width) relu, mean over length, dense(F->K); torch's
+    default initialisation (seed it first)."""
+    import torch
+
+    class MotifCNN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv1d(4, filters, width)
+            self.dense = torch.nn.Linear(filters, n_outputs)
+
+        def forward(self, x: Any) -> Any:
+            return self.dense(torch.relu(self.conv(x)).mean(dim=-1))
+
+    return MotifCNN()

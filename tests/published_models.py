@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import models  # the BPNet- and Basset-like benchmark models
 import numpy as np
 
 
@@ -473,14 +474,7 @@ class BenchmarkModel:
     faster: str = "fast"
 
 
-def _models_module() -> Any:
-    import models  # tests/models.py: the BPNet- and Basset-like benchmark models
-
-    return models
-
-
 def _bpnet_like(framework: str) -> Any:
-    models = _models_module()
     weights = models.bpnet_weights()
     if framework == "torch":
         return models.torch_model("bpnet", weights, "NCL")
@@ -488,7 +482,6 @@ def _bpnet_like(framework: str) -> Any:
 
 
 def _basset_like() -> Any:
-    models = _models_module()
     return models.torch_model("basset", models.basset_weights(1000, n_outputs=5, filters=64), "NCL")
 
 
