@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import gc
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -557,6 +557,19 @@ def check_against_loop(
 
 
 # --------------------------------------------------------------------------- row 2 (captum)
+def captum_ig(ig: Any, inputs: Tensor, targets: Sequence[int]) -> list[np.ndarray]:
+    """captum's IntegratedGradients (Gauss-Legendre) of each target in turn, as numpy."""
+    return [
+        ig.attribute(
+            inputs, target=t, n_steps=N_STEPS, method="gausslegendre", internal_batch_size=BATCH
+        )
+        .detach()
+        .cpu()
+        .numpy()
+        for t in targets
+    ]
+
+
 def captum_rows(ctx: Context, n: int, script_args: argparse.Namespace) -> None:
     from captum.attr import IntegratedGradients
 
@@ -569,20 +582,7 @@ def captum_rows(ctx: Context, n: int, script_args: argparse.Namespace) -> None:
     log(f"{ctx.label} torch captum: N={n}")
 
     def captum(data: np.ndarray, targets: tuple[int, ...]) -> list[np.ndarray]:
-        inputs = torch.from_numpy(data).to(side.device)
-        return [
-            ig.attribute(
-                inputs,
-                target=t,
-                n_steps=N_STEPS,
-                method="gausslegendre",
-                internal_batch_size=BATCH,
-            )
-            .detach()
-            .cpu()
-            .numpy()
-            for t in targets
-        ]
+        return captum_ig(ig, torch.from_numpy(data).to(side.device), targets)
 
     def ours(data: np.ndarray, targets: tuple[int, ...]) -> Any:
         target: Any = targets[0] if len(targets) == 1 else list(targets)
@@ -674,20 +674,7 @@ def memory_probe(spec: dict[str, Any]) -> None:
         ig = IntegratedGradients(model)
 
         def call() -> Any:
-            inputs = torch.from_numpy(X).to(device)
-            return [
-                ig.attribute(
-                    inputs,
-                    target=t,
-                    n_steps=N_STEPS,
-                    method="gausslegendre",
-                    internal_batch_size=BATCH,
-                )
-                .detach()
-                .cpu()
-                .numpy()
-                for t in targets
-            ]
+            return captum_ig(ig, torch.from_numpy(X).to(device), targets)
     else:
 
         def call() -> Any:
