@@ -55,8 +55,24 @@ def environment() -> str:
             f"numpy {np.__version__}",
             f"torch {torch.__version__}",
             f"tensorflow {tf.__version__}",
+            f"blas {_blas_kernels()}",
         ]
     )
+
+
+def _blas_kernels() -> str:
+    """The BLAS library and the CPU kernels it dispatched to (OpenBLAS picks them per CPU, or
+    as ``OPENBLAS_CORETYPE`` says): matrix products round differently under each."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    found = [
+        f"{info.get('internal_api')} {info.get('version')} {info.get('architecture')}"
+        for info in threadpool_info()
+        if info.get("user_api") == "blas"
+    ]
+    return ", ".join(sorted(found)) or "none"
 
 
 def _set_up() -> None:
@@ -102,7 +118,7 @@ def _feature_results(framework: str) -> dict[str, np.ndarray]:
         target=[0, 2],
         n_baselines=4,
         n_steps=5,
-        method="riemann_trapezoid",  # the default when the arrays were recorded
+        quadrature="riemann_trapezoid",  # the default when the arrays were recorded
         batch_size=13,
         random_state=5,
     )
@@ -115,7 +131,7 @@ def _feature_results(framework: str) -> dict[str, np.ndarray]:
         n_steps=4,
         batch_size=16,
         multiply_by_inputs=False,
-        method="gausslegendre",
+        quadrature="gausslegendre",
     )
     out["ism_exact"] = seqattrib.ism(bpnet, X, target=[0, 1], fast=False, batch_size=50)
     for kind, model in (("bpnet", bpnet), ("basset", basset)):
