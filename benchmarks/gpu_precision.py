@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import seqattrib as sa  # noqa: E402
-from seqattrib.backends import _torch as torch_backend  # noqa: E402
+from seqattrib.backends.torch import core as torch_backend  # noqa: E402
 
 
 def main() -> None:

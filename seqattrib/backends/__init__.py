@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .._errors import parameter_error
-from ._protocol import (
+from .protocol import (
     Backend,
     CheckpointMismatch,
     Head,
@@ -50,11 +50,11 @@ _NAMES = ("torch", "tensorflow")
 def _instance(name: str) -> Backend:
     if name not in _INSTANCES:
         if name == "torch":
-            from ._torch import TorchBackend
+            from .torch.core import TorchBackend
 
             _INSTANCES[name] = TorchBackend()
         else:
-            from ._tensorflow import TensorFlowBackend
+            from .tensorflow.core import TensorFlowBackend
 
             _INSTANCES[name] = TensorFlowBackend()
     return _INSTANCES[name]

@@ -33,9 +33,9 @@ from typing import Any
 import keras
 import numpy as np
 
-from ._keras_layers import NonLocal, classify, describe
-from ._keras_tail import Call, Flat, Run, flatten
-from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
+from ..local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
+from .local_ops import NonLocal, classify, describe
+from .tail import Call, Flat, Run, flatten
 
 Key = tuple[Any, ...]
 

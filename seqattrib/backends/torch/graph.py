@@ -24,9 +24,9 @@ from torch import nn
 from torch.fx.node import map_arg
 from torch.fx.passes.shape_prop import ShapeProp
 
-from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
-from ._torch_nodes import describe, shape_of
-from ._torch_ops import classify
+from ..local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
+from .local_ops import classify
+from .nodes import describe, shape_of
 
 #: The batch size, in folded shape arithmetic (its value is not a constant of the graph).
 _BATCH = object()

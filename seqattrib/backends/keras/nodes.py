@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from ._local_graph import GraphUnsupported, LocalNode
+from ..local_graph import GraphUnsupported, LocalNode
 
 layers = keras.layers
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._local_graph import GraphUnsupported, LocalNode
-from ._torch_nodes import Context, argument, bind
+from ..local_graph import GraphUnsupported, LocalNode
+from .nodes import Context, argument, bind
 
 
 def conv(ctx: Context, m: nn.Conv1d) -> LocalNode:

@@ -98,7 +98,7 @@ class TorchWindowedForward:
         length_axis: int,
         output_fn: Callable[[Any], Any] | None = None,
     ) -> Any:
-        from ._torch_graph import torch_local_graph
+        from .graph import torch_local_graph
 
         return torch_local_graph(model, row_shape, length_axis, output_fn)
 
