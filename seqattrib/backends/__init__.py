@@ -124,7 +124,7 @@ def get_backend(model: Any, backend: str | None = None) -> Backend:
 
 
 def capability(backend: Backend, kind: Any, func: str) -> Any:
-    """``backend`` as the capability ``kind`` (a protocol of ``_protocol``) that a method
+    """``backend`` as the capability ``kind`` (a protocol of ``protocol``) that a method
     needs, or a TypeError naming what the backend lacks."""
     if not isinstance(backend, kind):
         raise parameter_error(

@@ -15,12 +15,12 @@ become ``fixed`` nodes, computed once per sequence and never per mutant.
 
 A layer call becomes ``LocalNode`` s when every tensor it reads is local or fixed and the layer
 acts per position, through a sliding window, on aligned local tensors, or as a global average
-or maximum (``_keras_layers``). Any other call (``Dense`` on a flattened tensor, ``Flatten``,
+or maximum (``local_ops``). Any other call (``Dense`` on a flattened tensor, ``Flatten``,
 ``Lambda``, recurrent layers, ``keras.ops`` operations, unknown layers) is part of the tail,
 and the local tensors it reads are the cut.
 
 The tail re-runs the model's own nodes from the cut values (as ``Functional.call`` does, with
-``training=False``, ``_keras_tail``) rather than through ``keras.Model(cut_tensors, outputs)``:
+``training=False``, ``tail``) rather than through ``keras.Model(cut_tensors, outputs)``:
 that constructor clones the graph onto the model's layers on every call, and fails when a cut
 tensor is itself a model output.
 """

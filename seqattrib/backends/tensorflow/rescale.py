@@ -188,13 +188,13 @@ _register()
 def _elementwise_activation(fn: Any) -> bool:
     """A Keras activation (or TensorFlow function) known to act elementwise, other than the
     identity: one that the wrappers may rescale as a whole."""
-    from ..keras.nodes import _KERAS_ACTIVATIONS, _LAST_AXIS_ACTIVATIONS, _TF_ELEMENTWISE
+    from ..keras.nodes import KERAS_ACTIVATIONS, LAST_AXIS_ACTIVATIONS, TF_ELEMENTWISE
 
     name = getattr(fn, "__name__", "")
-    if id(fn) in _KERAS_ACTIVATIONS:
-        return name not in _LAST_AXIS_ACTIVATIONS and name != "linear"
+    if id(fn) in KERAS_ACTIVATIONS:
+        return name not in LAST_AXIS_ACTIVATIONS and name != "linear"
     module = getattr(fn, "__module__", "") or ""
-    return module.startswith("tensorflow") and name in _TF_ELEMENTWISE and name != "identity"
+    return module.startswith("tensorflow") and name in TF_ELEMENTWISE and name != "identity"
 
 
 class _RescaledActivation:
