@@ -10,6 +10,11 @@ class SeqAttribWarning(UserWarning):
     """Warnings issued by seqattrib (never a silent correction of a parameter)."""
 
 
+class InputShapeRefused(ValueError):
+    """A model that states the input shapes it takes (an exported program) refused X's; the
+    message names the fix, and is reported as it is."""
+
+
 def _describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
     if shape is not None and not isinstance(value, (int, float, str)):

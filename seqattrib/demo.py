@@ -185,7 +185,7 @@ def _check_outdir(
             func,
             "outdir",
             "a folder without files of the names the demo writes, or the demo's own output",
-            f"{os.fspath(outdir)!r} holding {existing[0]} (not written by the demo)",
+            f"{os.fspath(outdir)!r} holding {existing[0]} (not written by this demo model)",
             "Choose another folder, or pass overwrite=True to replace those files.",
             error=FileExistsError,
             described=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._demo_files import data_dir
-from ._errors import parameter_error
+from ._errors import InputShapeRefused, parameter_error
 
 #: The demo CNN: 200 bp in, 3 logits (GATA, Ebox, CTCF) out.
 DEMO_LENGTH, DEMO_FILTERS, DEMO_WIDTH, DEMO_OUTPUTS = 200, 32, 15, 3
@@ -248,7 +248,7 @@ def _fixed_shape_program() -> Any:
             ):
                 wanted = ", ".join("*" if d is None else str(d) for d in fixed)
                 given = ", ".join(map(str, x.shape[1:]))
-                raise ValueError(
+                raise InputShapeRefused(
                     f"{self.name} was exported for inputs of shape (batch, {wanted}) and cannot "
                     f"take (batch, {given}): export it with dynamic_shapes= naming the axes "
                     "that vary (the batch and the sequence length)"

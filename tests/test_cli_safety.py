@@ -173,7 +173,7 @@ def test_plot_on_a_full_disk_names_the_output(files, tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(Figure, "savefig", full)
     err = _error(["plot", str(files / "hyp.h5"), "-o", str(tmp_path / "x.png")], capsys)
-    assert "--output" in err and "space" in err.lower()
+    assert f"--output '{tmp_path / 'x.png'}'" in err and "space" in err.lower()
     assert list(tmp_path.iterdir()) == []
 
 
@@ -210,6 +210,19 @@ def test_export_folder_that_cannot_be_made(files, tmp_path, capsys, monkeypatch,
     assert "--outdir" in err
 
 
+def test_export_bigwig_into_a_read_only_folder(files, tmp_path, capsys, monkeypatch):
+    from seqattrib.io import export
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    monkeypatch.setattr(export, "open", read_only, raising=False)
+    argv = ["export", "bigwig", str(files / "hyp.h5"), "-o", str(tmp_path)]
+    err = _error([*argv, "--chrom-sizes", str(files / "sizes")], capsys)
+    assert "--outdir" in err and "read-only" in err.lower()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_into_a_file_name(files, tmp_path, capsys):
     (tmp_path / "m").write_text("a file")
     err = _error(["export", "modisco", str(files / "hyp.h5"), "-o", str(tmp_path / "m")], capsys)
@@ -221,7 +234,7 @@ def test_export_into_a_file_name(files, tmp_path, capsys):
     "name, text, flag, words",
     [
         ("iupac.fa", ">a\nACGTRACGT\n", "--fasta", "'R'"),
-        ("dup.fa", ">a\nACGT\n>a\nACGT\n", "--fasta", '"a"'),
+        ("dup.fa", ">a\nACGT\n>a\nACGT\n", "--fasta", "dup.fa"),
         ("empty.fa", "", "--fasta", ">"),
         ("noheader.fa", "ACGT\n", "--fasta", ">"),
     ],

@@ -14,6 +14,15 @@ import torch
 import seqattrib as sa
 
 LENGTH = 16
+_BASES = np.random.default_rng(3).choice(list("ACGT"), 200)
+GENOME = {"chr1": "".join(_BASES)}
+VARIANTS = {
+    "chrom": ["chr1", "chr1"],
+    "pos": [50, 120],
+    "id": ["v0", "v1"],
+    "ref": [_BASES[49], _BASES[119]],
+    "alt": ["A" if _BASES[49] != "A" else "C", "G" if _BASES[119] != "G" else "T"],
+}
 
 METHODS = {
     "saliency": lambda m, X, **kw: sa.saliency(m, X, batch_size=3, **kw),
@@ -28,6 +37,9 @@ METHODS = {
     "ism_exact": lambda m, X, **kw: sa.ism(m, X, fast=False, batch_size=7, **kw),
     "ism_fast": lambda m, X, **kw: sa.ism(m, X, fast=True, batch_size=7, **kw),
     "explain": lambda m, X, **kw: sa.explain(m, X, method="ig", n_steps=2, **kw),
+    "variant_effects": lambda m, X, **kw: sa.variant_effects(
+        m, GENOME, VARIANTS, length=LENGTH, layout="NCL", score="delta", **kw
+    ),
 }
 
 
@@ -145,3 +157,27 @@ def test_a_keras_model_keeps_its_weights_and_trainable_flags():
     assert [layer.trainable for layer in model.layers] == flags
     for now, then in zip(model.get_weights(), weights, strict=True):
         np.testing.assert_array_equal(now, then)
+
+
+def test_a_model_without_weights_is_refused():
+    model = _model(torch.float32).to("meta")
+    X = models.random_one_hot(3, LENGTH, seed=1, layout="NCL")
+    with pytest.raises(ValueError, match=r"'model' parameter .*meta device.*load_state_dict"):
+        sa.saliency(model, X)
+    assert next(model.parameters()).device.type == "meta"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(("home", "device"), [("cpu", "cuda"), ("cuda", "cpu")])
+@pytest.mark.parametrize("failure", [None, "output_fn"])
+def test_a_run_on_another_device_moves_the_model_back(home, device, failure):
+    model = _model(torch.float64).to(home)
+    X = models.random_one_hot(5, LENGTH, seed=1, layout="NCL")
+    before = _snapshot(model)
+    if failure is None:
+        _run("expected_integrated_gradients", model, X, device=device)
+    else:
+        with pytest.raises(ValueError, match="output_fn"):
+            _run("saliency", model, X, device=device, output_fn=_raising_on_call(2))
+    _assert_unchanged(model, before)

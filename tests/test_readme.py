@@ -1,5 +1,6 @@
 """The README's runnable examples (```python blocks) run as written and give the shapes their
-comments promise; ```py blocks need user files (a genome, a model) and are not run."""
+comments promise; every other code block is marked as a fragment with its reason, as on the
+documentation pages (``tests/test_docs.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_docs import TEXT, fenced_blocks
 
 README = Path(__file__).parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
@@ -26,3 +28,12 @@ def test_readme_example_runs(index):
         comment = re.search(rf"^{name}\b.*#\s*(\([\d, ]+\))", BLOCKS[index], flags=re.M)
         if shape is not None and comment and not name.startswith("_"):
             assert tuple(shape) == eval(comment.group(1)), name  # noqa: S307
+
+
+def test_every_other_code_block_is_marked_as_a_fragment():
+    unmarked = [
+        f"README.md:{b.line}: {b.lang or 'a fence without a language'}"
+        for b in fenced_blocks(README.read_text())
+        if b.lang != "python" and b.lang not in TEXT and b.fragment is None
+    ]
+    assert not unmarked, unmarked

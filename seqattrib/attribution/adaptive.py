@@ -110,7 +110,7 @@ def run_to_tolerance(
             f"relative standard error {worst:.3g}); their attributions use max_baselines "
             "baselines. Raise max_baselines or the tolerance.",
             SeqAttribWarning,
-            stacklevel=4,
+            stacklevel=7,  # the caller of expected_integrated_gradients
         )
 
 

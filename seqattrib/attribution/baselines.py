@@ -18,6 +18,7 @@ import numpy as np
 from .._errors import parameter_error
 from .._validation import check_positive_int
 from ..engine import SequenceSource
+from ..io.fingerprint import function_identity
 
 NAMES = ("zeros", "uniform", "shuffle", "dinuc_shuffle", "random")
 #: Baselines drawn at random per sequence (the others are the same for every draw).
@@ -239,43 +240,61 @@ def resolve_baselines(
     )
 
 
-def baseline_count(baselines: Any, n_baselines: Any, default: int, func: str) -> int:
+class DefaultCount(int):
+    """A method's default ``n_baselines`` (shown as the plain number in its signature): an
+    array of baselines replaces it with its own count, while a count the user passes, even
+    the same number, is checked against the array."""
+
+
+def baseline_count(baselines: Any, n_baselines: Any, func: str) -> int:
     """Baselines per sequence for a method that averages over several.
 
     An array carries its own count: ``(B, L, 4)`` (shared) or ``(N, B, L, 4)`` (one set per
-    sequence), either layout. ``n_baselines=None`` takes that count, else ``default``; an
-    explicit ``n_baselines`` that contradicts the array is refused.
+    sequence), either layout. It replaces a default ``n_baselines`` (a ``DefaultCount``); an
+    ``n_baselines`` the user passed that contradicts it is refused.
     """
-    if n_baselines is not None:
-        n_baselines = check_positive_int(n_baselines, "n_baselines", func)
-    if isinstance(baselines, str) or callable(baselines):
-        return default if n_baselines is None else n_baselines
+    given = not isinstance(n_baselines, DefaultCount)
+    count = check_positive_int(n_baselines, "n_baselines", func)
     shape = np.shape(baselines)
-    if len(shape) not in (3, 4):  # not a stack of baselines: resolve_baselines says so
-        return default if n_baselines is None else n_baselines
-    count = int(shape[0] if len(shape) == 3 else shape[1])
-    if n_baselines is not None and n_baselines != count:
+    if isinstance(baselines, str) or callable(baselines) or len(shape) not in (3, 4):
+        return count  # not a stack of baselines (resolve_baselines checks arrays' shapes)
+    carried = int(shape[0] if len(shape) == 3 else shape[1])
+    if given and count != carried:
         raise parameter_error(
             func,
             "n_baselines",
-            f"None or {count}, the baselines per sequence of the array of shape {shape}",
+            f"{carried}, the baselines per sequence of the array of shape {shape}, or left out",
             n_baselines,
             "Drop n_baselines: an array of baselines carries its own count.",
         )
-    return count
+    return carried
 
 
 def _call(fn: Callable[..., Any], x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(fn(x, n, rng))
 
 
-def describe_baselines(baselines: Any) -> str:
-    """A text that identifies the baselines (stored with tracks files, compared on resume)."""
+def describe_baselines(baselines: Any, source: SequenceSource, n_baselines: int) -> str:
+    """A text that identifies the baselines (stored with tracks files, compared on resume).
+
+    A callable is identified by what it is (``function_identity``: its code, closure values
+    and simple globals) and by what it returns: a digest of its baselines for the first,
+    middle and last sequences of X, drawn with a fixed generator. So a deterministic callable
+    resumes its file, and one that returns other baselines (another lambda, another closure,
+    an edited body) is refused instead of mixing its rows with the file's.
+    """
     if isinstance(baselines, str):
         return baselines
     if callable(baselines):
-        module = getattr(baselines, "__module__", "")
-        return f"callable:{module}.{getattr(baselines, '__qualname__', '')}"
+        outputs = hashlib.blake2b(digest_size=8)
+        n = source.n_sequences
+        for i in sorted({0, n // 2, n - 1} if n else set()):
+            x = source.read(i, i + 1)
+            rng = sequence_rng(0, source.to_nlc(x)[0])
+            probe = np.ascontiguousarray(_call(baselines, x[0], n_baselines, rng), np.float32)
+            outputs.update(f"{probe.shape}|".encode())
+            outputs.update(probe.tobytes())
+        return f"callable:{function_identity(baselines)}:output:{outputs.hexdigest()}"
     array = np.ascontiguousarray(np.asarray(baselines, dtype=np.float32))
     digest = hashlib.blake2b(array.tobytes(), digest_size=8).hexdigest()
     return f"array{list(array.shape)}:{digest}"

@@ -15,13 +15,13 @@ import numpy as np
 
 from .._errors import parameter_error
 from ..engine import SequenceSource, as_source
-from .baselines import baseline_count, describe_baselines, resolve_baselines
+from .baselines import DefaultCount, baseline_count, describe_baselines, resolve_baselines
 from .deeplift_kernel import DeepLiftKernel
 from .job import JobContext, drop_target_axis, run_job
 from .options import RunOptions, shared_docs
 
 #: References per sequence unless an array of references gives its own count.
-DEFAULT_REFERENCES = 20
+DEFAULT_REFERENCES = DefaultCount(20)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class DeepLiftMethod:
         return {
             "rule": "rescale",
             "n_baselines": self.n_baselines,
-            "baselines": describe_baselines(self.baselines),
+            "baselines": describe_baselines(self.baselines, self.source, self.n_baselines),
             "multiply_by_inputs": self.multiply_by_inputs,
             "return_delta": self.return_delta,
         }
@@ -85,7 +85,7 @@ def deep_lift_shap(
     target: int | Sequence[int] | None = 0,
     output_fn: Callable[[Any], Any] | None = None,
     baselines: str | np.ndarray | Callable[..., np.ndarray] = "dinuc_shuffle",
-    n_baselines: int | None = None,
+    n_baselines: int = DEFAULT_REFERENCES,
     multiply_by_inputs: bool = True,
     alphabet_axis: int | None = None,
     random_state: int | np.random.Generator | None = 0,
@@ -134,9 +134,9 @@ def deep_lift_shap(
         ``"random"``, ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])``
         shared by all sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or
         ``fn(x, n_baselines, rng)``.
-    n_baselines : int, optional
-        References per sequence; default 20, or the count of an array of references (constant
-        references collapse to one: they are all equal).
+    n_baselines : int
+        References per sequence (constant references collapse to one: they are all equal). An
+        array of references carries its own count, which replaces the default.
     multiply_by_inputs : bool
         True: contributions (the hypothetical scores times the one-hot input). False:
         hypothetical scores, m[b] - sum_c r[c] m[c] averaged over the references, the form
@@ -163,7 +163,7 @@ def deep_lift_shap(
     [[attribution_returns]]
     """
     func = "deep_lift_shap"
-    n_baselines = baseline_count(baselines, n_baselines, DEFAULT_REFERENCES, func)
+    n_baselines = baseline_count(baselines, n_baselines, func)
     options = RunOptions.from_arguments(func, locals())
     deeplift = DeepLiftMethod(
         func=func,

@@ -142,7 +142,9 @@ class GradientMethod:
             "n_steps": self.n_steps,
             "quadrature": self.rule if path else None,
             "n_baselines": self.n_baselines if path else None,
-            "baselines": describe_baselines(self.baselines) if path else None,
+            "baselines": (
+                describe_baselines(self.baselines, self.source, self.n_baselines) if path else None
+            ),
             "multiply_by_inputs": self.multiply_by_inputs,
             "correct_gradient": self.correct_gradient,
             "return_delta": self.return_delta,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..engine import as_source
-from .baselines import baseline_count
+from .baselines import DefaultCount, baseline_count
 from .gradient_job import EIG_DEFAULTS, GradientMethod, eig_preset
 from .job import drop_target_axis, run_job
 from .options import RunOptions, shared_docs
@@ -203,7 +203,7 @@ def expected_integrated_gradients(
     target: int | Sequence[int] | None = 0,
     output_fn: Callable[[Any], Any] | None = None,
     baselines: str | np.ndarray | Callable[..., np.ndarray] = "dinuc_shuffle",
-    n_baselines: int | None = None,
+    n_baselines: int = DefaultCount(EIG_DEFAULTS[0]),
     n_steps: int = EIG_DEFAULTS[1],
     method: str = EIG_DEFAULTS[2],
     multiply_by_inputs: bool = True,
@@ -245,9 +245,9 @@ def expected_integrated_gradients(
         ``"dinuc_shuffle"`` (keeps every dinucleotide count), ``"shuffle"``, ``"random"``,
         ``"zeros"``, ``"uniform"``, an array ``(n_baselines, *X.shape[1:])`` shared by all
         sequences or ``(n_sequences, n_baselines, *X.shape[1:])``, or ``fn(x, n_baselines, rng)``.
-    n_baselines : int, optional
-        Baselines per sequence; default 64, or the count of an array of baselines (constant
-        baselines collapse to one: they are all equal).
+    n_baselines : int
+        Baselines per sequence (constant baselines collapse to one: they are all equal). An
+        array of baselines carries its own count, which replaces the default.
     n_steps : int
         Points (Gauss-Legendre) or intervals (trapezoid) of each path integral.
     method : str
@@ -293,10 +293,10 @@ def expected_integrated_gradients(
         The baselines each sequence used (also stored in ``out`` files).
     """
     func = "expected_integrated_gradients"
-    given = n_baselines
-    sampling = (EIG_DEFAULTS[0] if given is None else given, n_steps, method)
-    default, n_steps, method = eig_preset(preset, sampling, func)
-    n_baselines = baseline_count(baselines, given, default, func)
+    count, n_steps, method = eig_preset(preset, (n_baselines, n_steps, method), func)
+    if isinstance(n_baselines, DefaultCount):  # the preset's count is a default too
+        count = DefaultCount(count)
+    n_baselines = baseline_count(baselines, count, func)
     options = RunOptions.from_arguments(func, locals())
     gradient_method = GradientMethod(
         func=func,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import InputShapeRefused, parameter_error
 from .._validation import resolve_seed, resolve_targets
 from ..backends import Backend, OutOfDeviceMemory, get_backend
 from ..engine import ArraySink, Kernel, SequenceSource, run_rows
@@ -91,13 +91,17 @@ def fed_model(
     if extras is not None:
         chunk = extras.chunk(be, 0, 1)
         first = extras.for_rows(be, chunk, extras.fixed(be), be.asarray(np.zeros(2), "int64"))
-    failures = []
+    failures, refusals = [], []
     for transpose in (False, True):
         fed = be.adapt(model, transpose)
         try:
             out = be.forward(fed, x, head, first)
         except (OutputShapeError, OutOfDeviceMemory):
             raise
+        except InputShapeRefused as exc:
+            refusals.append(exc)
+            failures.append(f"{type(exc).__name__}: {_first_line(exc)}")
+            continue
         except Exception as exc:  # noqa: BLE001 - the model's own error, reported below
             failures.append(f"{type(exc).__name__}: {_first_line(exc)}")
             continue
@@ -116,6 +120,8 @@ def fed_model(
                 described=True,
             )
         return fed, int(out.shape[1])
+    if refusals:
+        raise refusals[0]
     shape = (source.n_sequences, *source.row_shape)
     other = (source.n_sequences, *source.row_shape[::-1])
     raise parameter_error(

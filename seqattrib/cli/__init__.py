@@ -1,7 +1,8 @@
 """The ``seqattrib`` command line: parses, calls the library, reports (no algorithm here).
 
 Errors are one line on stderr in the vocabulary of the options, with a non-zero exit; warnings
-are one line each; progress bars go to stderr.
+are one line each; progress bars go to stderr. An interrupted command (Ctrl-C) says on one line
+what it kept and how to go on, and exits with 130.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def _context(args: object) -> dict[str, str]:
     """Which flag gave a file that the library calls ``path`` (and, from --fasta, the DNA that
     the library calls ``genome``)."""
     fasta, genome = getattr(args, "fasta", None), getattr(args, "genome", None)
+    if getattr(args, "command", None) == "demo":
+        return {"path": "--data"}
     if fasta:
         return {"path": "--fasta", "genome": "--fasta"}
     return {"path": "--genome" if genome else "TRACKS"}
@@ -74,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print(f"\n{prog}: interrupted: {interrupted(args)}", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # stdout piped into a reader that stopped (| head)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         except _ERRORS as exc:
             message = cli_message(exc, _context(args), _paths(args))
             print(f"{prog}: error: {message}", file=sys.stderr)

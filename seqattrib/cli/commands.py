@@ -488,6 +488,9 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     )
     for task in TASKS:
         fraction, n = result["hits"][task]
+        if n == 0:
+            print(f"  {task:5s}: no sequence with the planted motif among them")
+            continue
         print(
             f"  {task:5s}: top-scoring base inside the planted motif in {fraction:.0%} "
             f"of {n} positive sequences"

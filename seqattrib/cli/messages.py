@@ -150,17 +150,26 @@ def _lower_first(text: str) -> str:
 def _os_message(exc: OSError, paths: Mapping[str, str]) -> str:
     """An operating system error in words: the flag whose path it concerns, why, the fix."""
     name = os.fspath(exc.filename) if exc.filename is not None else None
-    flag = None
+    where = repr(name) if name is not None else "a file"
     if name is not None:
         target = os.path.abspath(name)
-        given = {os.path.abspath(path): candidate for path, candidate in paths.items()}
-        inside = [f for p, f in given.items() if target == p or target.startswith(p + os.sep)]
-        # else a temporary file written beside the one asked for
-        beside = [f for p, f in given.items() if os.path.dirname(target) == os.path.dirname(p)]
-        flag = next(iter(inside + beside), None)
-    reason = str(exc.strerror)
-    where = f"{flag} {name!r}" if flag else repr(name) if name is not None else "a file"
-    return f"{where}: {_lower_first(reason)}. {_OS_FIXES.get(exc.errno or 0, '')}".rstrip()
+        given = {os.path.abspath(path): (path, flag) for path, flag in paths.items()}
+        inside = [
+            (flag, name)
+            for full, (path, flag) in given.items()
+            if target == full or target.startswith(full + os.sep)
+        ]
+        # a temporary file written beside the one asked for: named by the one asked for
+        beside = [
+            (flag, path)
+            for full, (path, flag) in given.items()
+            if os.path.dirname(target) == os.path.dirname(full)
+        ]
+        found = next(iter(inside + beside), None)
+        if found is not None:
+            where = f"{found[0]} {found[1]!r}"
+    reason = _lower_first(str(exc.strerror))
+    return f"{where}: {reason}. {_OS_FIXES.get(exc.errno or 0, '')}".rstrip()
 
 
 def _tuple_outputs(text: str) -> str:

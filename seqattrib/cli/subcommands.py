@@ -145,7 +145,11 @@ def variants(sub: Any) -> Parser:
         help="the model: a torch.export .pt2 file, a TorchScript file, a .keras/.h5 file, a "
         "SavedModel folder, pkg.module:factory, or 'demo' / 'demo-keras'",
     )
-    p.add_argument("--weights", help="weights loaded into a pkg.module:factory model")
+    p.add_argument(
+        "--weights",
+        help="weights loaded into a pkg.module:factory model or the demo (a torch state dict or "
+        "a Keras weights file)",
+    )
     p.add_argument("--genome", required=True, help="the genome FASTA (plain or bgzip)")
     p.add_argument(
         "--vcf",

@@ -67,12 +67,26 @@ def load_state(backend: ParameterBackend, model: Any, checkpoint: Any) -> None:
         if checkpoint is None:  # the format loads itself into the model (Keras load_weights)
             return
         held = "it holds"
-    backend.set_state(model, _matched(backend.state(model), checkpoint, held))
+    own = backend.state(model)
+    backend.set_state(model, _matched(own, checkpoint, held, _list_order(model, own)))
 
 
-def _matched(own: Mapping[str, np.ndarray], checkpoint: Any, held: str) -> dict[str, Any]:
-    """The checkpoint's value of every state entry of the model, in the model's order, after
-    checking keys, number and shapes."""
+def _list_order(model: Any, own: Mapping[str, np.ndarray]) -> list[str]:
+    """The state entries in the order of a list checkpoint (``get_weights()``): a Keras model's
+    ``weights`` order, which a Keras model on the torch backend keeps in its state under
+    ``_torch_params.<path>`` sorted by name instead; else the state's own order."""
+    weights = getattr(model, "weights", None)
+    if weights is None or not callable(getattr(model, "get_weights", None)):
+        return list(own)
+    keys = [f"_torch_params.{getattr(w, 'path', '')}" for w in weights]
+    return keys if sorted(keys) == sorted(own) else list(own)
+
+
+def _matched(
+    own: Mapping[str, np.ndarray], checkpoint: Any, held: str, order: list[str]
+) -> dict[str, Any]:
+    """The checkpoint's value of every state entry of the model (a list checkpoint's arrays
+    in ``order``), after checking keys, number and shapes."""
     keys = list(own)
     if isinstance(checkpoint, Mapping):
         for key in keys:
@@ -83,6 +97,7 @@ def _matched(own: Mapping[str, np.ndarray], checkpoint: Any, held: str) -> dict[
                 raise CheckpointMismatch(f"it has the key {key!r}, which the model lacks")
         values = [checkpoint[key] for key in keys]
     elif isinstance(checkpoint, (list, tuple)):
+        keys = order
         values = list(checkpoint)
         if len(values) != len(keys):
             first = keys[len(values)] if len(values) < len(keys) else None

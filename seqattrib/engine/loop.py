@@ -126,6 +126,7 @@ def run_rows(
             cache_key,
             plan.n_rows,
             first_size=batching.ACCELERATOR_START if backend.on_accelerator() else None,
+            watch=not backend.on_accelerator(),  # batch times are exact without a sync there
         )
     )
     align = int(getattr(kernel, "row_alignment", 1))  # batches of whole groups of rows

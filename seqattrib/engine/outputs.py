@@ -88,13 +88,13 @@ class Head:
                 error=OutputShapeError,
             )
         if self.output_fn is not None:
-            batch, rows = _batch(raw), out.shape[0]
-            if isinstance(batch, int) and isinstance(rows, int) and batch != rows:
+            batches, rows = _batches(raw), out.shape[0]
+            if batches and isinstance(rows, int) and rows not in batches:
                 raise parameter_error(
                     self.func,
                     "output_fn",
                     f"a function returning a (batch, n_outputs) tensor, one row for each of "
-                    f"the {batch} inputs of the batch",
+                    f"the {max(batches)} inputs of the batch",
                     f"a result of shape {tuple(out.shape)}",
                     "Reduce over the model's other axes (e.g. out.sum(-1)), never over the "
                     "batch axis 0.",
@@ -130,16 +130,16 @@ def _first_line(exc: Exception) -> str:
     return (lines[0] if lines else "")[:200]
 
 
-def _batch(raw: Any) -> Any:
-    """The batch size of a raw model output (its first tensor's axis 0), or None."""
+def _batches(raw: Any) -> set[int]:
+    """The sizes of axis 0 of the tensors of a raw model output (one is the batch), where
+    known."""
     if isinstance(raw, dict):
-        raw = next(iter(raw.values()), None)
-    elif isinstance(raw, (tuple, list)):
-        raw = raw[0] if raw else None
-    if isinstance(raw, (dict, tuple, list)):
-        return _batch(raw)
+        return set().union(*(_batches(v) for v in raw.values()))
+    if isinstance(raw, (tuple, list)):
+        return set().union(*(_batches(v) for v in raw))
     shape = getattr(raw, "shape", None)
-    return shape[0] if shape is not None and len(shape) else None
+    first = shape[0] if shape is not None and len(shape) else None
+    return {first} if isinstance(first, int) else set()
 
 
 def _describe_output(raw: Any) -> str:

@@ -152,6 +152,7 @@ def write_bigwig(
     numpy_ok = bool(getattr(pyBigWig, "numpy", 0))  # builds without numpy take lists
     tmp = os.fspath(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
     try:
+        _check_writable(tmp, out, func)  # libBigWig crashes on a path it cannot create
         bw = pyBigWig.open(tmp, "w")
         try:
             bw.addHeader([(chrom, int(size)) for chrom, size in sizes.items()])
@@ -166,6 +167,23 @@ def write_bigwig(
         if os.path.exists(tmp):
             os.remove(tmp)
     return out
+
+
+def _check_writable(tmp: str, out: Path, func: str) -> None:
+    """Create ``tmp`` (empty), or refuse ``out`` with the reason the folder gives."""
+    try:
+        with open(tmp, "wb"):
+            pass
+    except OSError as exc:
+        raise parameter_error(
+            func,
+            "path",
+            "a file in a folder that can be written",
+            f"{os.fspath(out)!r} ({exc.strerror or exc})",
+            "Choose a writable folder.",
+            error=OSError,
+            described=True,
+        ) from exc
 
 
 def _check_room(out: Path, needed: int, func: str) -> None:

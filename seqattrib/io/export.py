@@ -185,6 +185,12 @@ def _all_or_none(paths: list[Path], func: str) -> Iterator[dict[Path, Path]]:
     written, and none is kept when writing fails: an export leaves all its files or none."""
     staged = {p: p.with_name(f".{p.name}.{os.getpid()}.partial") for p in paths}
     try:
+        for path, temp in staged.items():  # a folder that cannot be written fails before work
+            try:
+                with open(temp, "wb"):
+                    pass
+            except OSError as exc:
+                raise _write_error(path, exc, func) from exc
         yield staged
         for path, temp in staged.items():
             try:

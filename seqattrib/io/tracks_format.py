@@ -106,8 +106,12 @@ class TracksFile:
             return self._wrap(function(*args))
         except (OSError, RuntimeError, KeyError) as exc:
             path, func, param = self._where
-            missing = isinstance(exc, KeyError)
-            detail = f"it lacks {exc.args[0]!r}" if missing and exc.args else short_reason(exc)
+            detail = short_reason(exc)
+            if isinstance(exc, KeyError) and function == self._obj.__getitem__:
+                kind = (
+                    "attribute" if isinstance(self._obj, self._h5py.AttributeManager) else "entry"
+                )
+                detail = f"it lacks the {kind} {args[0]!r}"
             raise damaged(func, param, path, detail, DAMAGED_FIX) from exc
 
     def __getitem__(self, key: Any) -> Any:
@@ -123,6 +127,8 @@ class TracksFile:
         return int(self._call(len, self._obj))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # ours are set in __init__; h5py's private ones stay hidden
+            raise AttributeError(name)
         value = self._call(getattr, self._obj, name)
         if callable(value) and not isinstance(value, TracksFile):
             return lambda *args: self._call(value, *args)
@@ -130,7 +136,7 @@ class TracksFile:
 
     def has_dataset(self, name: str) -> bool:
         """Whether ``name`` is a dataset of this file or group."""
-        return name in self and isinstance(self._obj[name], self._h5py.Dataset)
+        return name in self and isinstance(getattr(self[name], "_obj", None), self._h5py.Dataset)
 
     def json_attribute(self, key: str, default: str | None = None) -> Any:
         """The attribute ``key`` parsed as JSON (``default`` when it is absent)."""

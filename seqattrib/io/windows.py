@@ -3,7 +3,9 @@ as the input of a long job (``GenomeWindows``)."""
 
 from __future__ import annotations
 
+import gzip
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -282,6 +284,34 @@ def genome_windows(
     return GenomeWindows(genome, kept, length, layout)
 
 
+def _check_letters(path: PathLike) -> None:
+    """Refuse, before any work, a letter other than A, C, G, T or N in a FASTA file."""
+    bad = re.compile(r"[^ACGTNacgtn]")
+    with open(path, "rb") as raw:
+        compressed = raw.read(2) == b"\x1f\x8b"
+    record, position = "", 0
+    with gzip.open(path, "rt") if compressed else open(path) as handle:
+        for lineno, text in enumerate(handle, start=1):
+            line = text.strip()
+            if not line or line.startswith(";"):
+                continue
+            if line.startswith(">"):
+                record, position = line[1:].split()[0], 0
+                continue
+            found = bad.search(line)
+            if found:
+                raise parameter_error(
+                    "fasta_windows",
+                    "path",
+                    "a FASTA file of A, C, G, T and N (either case)",
+                    f"the letter {found.group()!r} at position {position + found.start()} of "
+                    f"record {record!r} (line {lineno}) of {os.fspath(path)!r}",
+                    "Replace other IUPAC codes by N, or remove that record.",
+                    described=True,
+                )
+            position += len(line)
+
+
 def fasta_windows(path: PathLike, layout: Literal["NLC", "NCL"] = "NLC") -> GenomeWindows:
     """Every sequence of a FASTA file of equal-length sequences, as lazy one-hot windows."""
     genome = Genome(path)
@@ -296,6 +326,7 @@ def fasta_windows(path: PathLike, layout: Literal["NLC", "NCL"] = "NLC") -> Geno
             "Cut or pad the sequences, or use a genome with regions and a window length.",
             described=True,
         )
+    _check_letters(path)
     length = lengths.pop()
     names = list(sizes)
     regions = Regions.from_arrays(names, np.zeros(len(names)), np.full(len(names), length))

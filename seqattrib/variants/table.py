@@ -101,10 +101,11 @@ def _settings_line(settings: dict[str, Any]) -> str:
 def _read_settings(path: str) -> dict[str, Any] | None:
     """The settings of an effects table (None: not one)."""
     if _is_parquet(path) and not path.endswith(".partial.tsv"):
+        pa = import_optional("pyarrow")
         pq = import_optional("pyarrow.parquet")
         try:
             meta = pq.read_schema(path).metadata or {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, pa.ArrowException):
             return None
         text = meta.get(b"seqattrib")
     else:
@@ -292,8 +293,8 @@ def parquet_batches(path: str, names: list[str], reading: Reading) -> Iterator[A
             return
         except failures as exc:
             raise unreadable(exc) from exc
-        if any(column.null_count for column in batch.columns):
-            raise reading.damaged(path, "with empty (null) entries")
+        if any(column.null_count for column in batch.columns[: len(IDENTITY)]):
+            raise reading.damaged(path, "with empty (null) chrom, pos, id, ref or alt entries")
         yield batch
 
 
@@ -493,11 +494,12 @@ class EffectsWriter:
         return done
 
     def _check_parquet(self, path: str) -> None:
-        """A finished Parquet table to reuse: every row that of this job's variant."""
-        done = 0
+        """A finished Parquet table to reuse: each row names this job's variant at its place."""
+        done, more = 0, False
         for batch in parquet_batches(path, self.names, self._reading()):
             rows = batch.select(list(IDENTITY)).to_pylist()
             if done + len(rows) > self.n_variants:
+                more = True
                 break
             identity = [
                 [escape(r["chrom"]), str(r["pos"]), escape(r["id"]), r["ref"], r["alt"]]
@@ -505,14 +507,13 @@ class EffectsWriter:
             ]
             self._check_identity(path, done, identity)
             done += len(rows)
-        else:
-            if done == self.n_variants:
-                return
+        if not more and done == self.n_variants:
+            return
         raise parameter_error(
             self.func,
             "out",
             f"a finished table of {self.n_variants} variants to reuse",
-            f"{path!r} with {'more' if done < self.n_variants else 'fewer'} rows",
+            f"{path!r} with {'more' if more else f'only {done}'} rows",
             _FIX,
             described=True,
         )
@@ -641,6 +642,7 @@ def to_parquet(text: str, path: str, settings: dict[str, Any]) -> None:
         parse_options=csv.ParseOptions(delimiter="\t", quote_char=False),
         convert_options=csv.ConvertOptions(
             column_types=dict(zip(types.names, types.types, strict=True)),
+            null_values=[],  # "nan" is a number (a log ratio of outputs that are not positive)
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         ),
@@ -721,7 +723,14 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
         )
     settings = _read_settings(path)
     if settings is None:
-        raise parameter_error(func, "path", "a variant effects table", path)
+        raise parameter_error(
+            func,
+            "path",
+            "a variant effects table (its first line names the format and settings)",
+            path,
+            "Pass a table that variant_effects or merge_effects wrote; rewrite a damaged one "
+            "(rerun its command with overwrite=True).",
+        )
     reading = Reading(
         func, "path", "Write it again: rerun the command that wrote it with overwrite=True."
     )
@@ -734,7 +743,8 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
         for batch in parquet_batches(path, names, reading):
             for i, column in enumerate(batch.columns[: len(IDENTITY)]):
                 identity[i] += column.to_pylist()
-            numbers.append(np.stack([c.to_numpy() for c in batch.columns[len(IDENTITY) :]], axis=1))
+            floats = batch.columns[len(IDENTITY) :]  # nulls (NaN of older versions) read as NaN
+            numbers.append(np.stack([c.to_numpy(zero_copy_only=False) for c in floats], axis=1))
         values = np.concatenate(numbers) if numbers else np.zeros((0, len(names) - 5))
     else:
         rows: list[list[float]] = []

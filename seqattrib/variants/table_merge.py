@@ -7,7 +7,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
@@ -73,11 +73,17 @@ def merge_effects(
                 func, "shards", "existing shard tables", path, error=FileNotFoundError
             )
         settings = _read_settings(path)
-        if settings is None or "shard" not in settings:
+        span = {} if settings is None else settings.get("shard")
+        if settings is None or not _is_span(span):
             raise parameter_error(
-                func, "shards", "tables written with --shard i/n", path, described=True
+                func,
+                "shards",
+                "tables written with --shard i/n",
+                path,
+                "Pass the shard tables of one job; rewrite a damaged one (rerun its command with "
+                "overwrite=True).",
+                described=True,
             )
-        span = settings["shard"]
         check_complete(func, path, _rows(path), span, "variant")
         infos.append((span, settings, path))
     infos.sort(key=lambda info: info[0]["start"])
@@ -126,6 +132,14 @@ def merge_effects(
     return Path(out)
 
 
+def _is_span(span: Any) -> TypeGuard[dict[str, int]]:
+    """Whether a table's ``shard`` setting is one (``start``, ``stop``, ``total``: integers)."""
+    keys = ("start", "stop", "total")
+    if not isinstance(span, dict) or not all(isinstance(span.get(k), int) for k in keys):
+        return False
+    return bool(0 <= span["start"] <= span["stop"] <= span["total"])
+
+
 def _rows(path: str) -> int:
     if _is_parquet(path):
         pq = import_optional("pyarrow.parquet")
@@ -145,9 +159,15 @@ def _copy_lines(path: str, names: list[str], target: Any, func: str) -> None:
         for i in (IDENTITY.index("chrom"), IDENTITY.index("id")):
             cols[i] = [escape(v) for v in cols[i]]
         for row in zip(*cols, strict=True):
-            target.write(
-                "\t".join(f"{v:.9g}" if isinstance(v, float) else str(v) for v in row) + "\n"
-            )
+            target.write("\t".join(_text(v) for v in row) + "\n")
+
+
+def _text(value: Any) -> str:
+    """A Parquet entry as the TSV writer writes it (a null number, NaN in tables of older
+    versions, as nan)."""
+    if value is None or isinstance(value, float):
+        return "%.9g" % (float("nan") if value is None else value)
+    return str(value)
 
 
 def _companion_kinds(paths: list[str], out: str, overwrite: bool, func: str) -> list[str]:

@@ -128,8 +128,94 @@ def test_an_explicit_count_that_contradicts_the_array_is_refused(conv_weights, f
     model = make_model("torch", "convnet", conv_weights, "NLC")
     X = random_one_hot(2, LENGTH, seed=24)
     refs = np.stack([random_one_hot(8, LENGTH, seed=40 + i) for i in range(2)])
-    with pytest.raises(ValueError, match=r"'n_baselines' parameter .*None or 8.*Got 20 .*Drop"):
+    with pytest.raises(ValueError, match=r"'n_baselines' parameter .* must be 8, .*Got 20 .*Drop"):
         func(model, X, baselines=refs, n_baselines=20)
     np.testing.assert_array_equal(
         func(model, X, baselines=refs, n_baselines=8), func(model, X, baselines=refs)
     )
+
+
+# ------------------------------------------------------- callables in resumable out= files
+class _Stopped(Exception):
+    pass
+
+
+def _eig_file(model, X, path, baselines, stop_after=None, monkeypatch=None):
+    """EIG with callable baselines into ``path`` in blocks of 3 sequences; with
+    ``stop_after``, the run stops after that many blocks (the file a killed run leaves)."""
+    if stop_after is not None:
+        from seqattrib.io import tracks
+
+        written = []
+        write = tracks.TrackWriter.write
+
+        def stopping(self, start, block):
+            if len(written) == stop_after:
+                raise _Stopped
+            written.append(start)
+            write(self, start, block)
+
+        monkeypatch.setattr(tracks.TrackWriter, "write", stopping)
+        with pytest.raises(_Stopped):
+            _eig_file(model, X, path, baselines)
+        monkeypatch.setattr(tracks.TrackWriter, "write", write)
+        return None
+    return sa.expected_integrated_gradients(
+        model, X, baselines=baselines, n_baselines=2, n_steps=2, max_cpu_sequences=3, out=path
+    )
+
+
+def _constant(value):
+    settings = {"value": value}  # a closure value no code fingerprint reads: the output tells
+
+    def background(x, n, rng):
+        return np.full((n, *x.shape), settings["value"], np.float32)
+
+    return background
+
+
+@pytest.fixture
+def eig_model(conv_weights):
+    return make_model("torch", "convnet", conv_weights, "NLC")
+
+
+def test_another_lambda_does_not_reuse_a_finished_file(eig_model, tmp_path):
+    X = random_one_hot(9, LENGTH, seed=50)
+    path = _eig_file(
+        eig_model, X, tmp_path / "t.h5", lambda x, n, rng: np.full((n, *x.shape), 0.25)
+    )
+    assert _eig_file(eig_model, X, path, lambda x, n, rng: np.full((n, *x.shape), 0.25)) == path
+    with pytest.raises(ValueError, match=r"'out' parameter .*written with baselines="):
+        _eig_file(eig_model, X, path, lambda x, n, rng: np.full((n, *x.shape), 0.1))
+
+
+def test_a_closure_with_other_values_does_not_resume_a_partial_file(
+    eig_model, tmp_path, monkeypatch
+):
+    X = random_one_hot(9, LENGTH, seed=51)
+    path = tmp_path / "t.h5"
+    _eig_file(eig_model, X, path, _constant(0.25), stop_after=1, monkeypatch=monkeypatch)
+    with pytest.raises(ValueError, match=r"written with baselines="):
+        _eig_file(eig_model, X, path, _constant(0.1))
+    # the same function with the same values resumes, and the file holds one run's rows
+    _eig_file(eig_model, X, path, _constant(0.25))
+    whole = sa.expected_integrated_gradients(
+        eig_model, X, baselines=_constant(0.25), n_baselines=2, n_steps=2
+    )
+    np.testing.assert_array_equal(sa.io.read_tracks(path).attributions, whole)
+
+
+def test_an_edited_baseline_function_does_not_reuse_a_file(eig_model, tmp_path):
+    """The same module and name, another body (as after editing a script between runs)."""
+    X = random_one_hot(9, LENGTH, seed=52)
+
+    def before(x, n, rng):
+        return np.full((n, *x.shape), 0.25, np.float32)
+
+    def after(x, n, rng):
+        return np.repeat(x[None] * 0.5, n, axis=0)
+
+    after.__qualname__ = before.__qualname__ = "background"
+    path = _eig_file(eig_model, X, tmp_path / "t.h5", before)
+    with pytest.raises(ValueError, match=r"written with baselines="):
+        _eig_file(eig_model, X, path, after)

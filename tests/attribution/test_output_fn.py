@@ -71,3 +71,23 @@ def test_an_output_fn_that_raises_is_named_and_chained(framework, method):
     if framework == "torch":  # TensorFlow's tracing re-raises errors without their cause
         assert isinstance(info.value.__cause__, IndexError)
     assert "model that takes X" not in str(info.value)  # not blamed on the model's layout
+
+
+def test_an_output_fn_picking_the_batch_tensor_of_a_tuple_passes():
+    """A raw output whose first tensor is not batch-major (attention weights per head): the
+    result's rows match the tensor that is, and the attributions are those of that tensor."""
+    import torch
+
+    inner = _model("torch")
+
+    class WithHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return torch.zeros(7, 2), self.inner(x)
+
+    X = models.random_one_hot(4, LENGTH, seed=2)
+    got = sa.saliency(WithHeads(), X, output_fn=lambda out: out[1], batch_size=3)
+    np.testing.assert_array_equal(got, sa.saliency(inner, X, batch_size=3))

@@ -6,6 +6,11 @@ indices of NaN scores or a raw LinAlgError."""
 from __future__ import annotations
 
 import copy
+import json
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -180,3 +185,59 @@ def test_finite_models_still_score():
     assert np.isfinite(tracin.scores(X_test, y_test)).all()
     trak = sa.TRAK(model, checkpoints, proj_dim=4).fit(X, y)
     assert np.isfinite(trak.scores(X_test, y_test)).all()
+
+
+KERAS_ON_TORCH = """
+import json
+import numpy as np
+import keras
+import torch
+torch.set_num_threads(1)
+import seqattrib as sa
+
+def build(seed):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(({length}, 4))
+    flag = keras.ops.cast(keras.ops.equal(inputs[:, 0, 2], 1.0), "float32")[:, None]
+    nan = keras.ops.where(flag > 0, keras.ops.full_like(flag, float("nan")), flag * 0.0)
+    h = keras.layers.Dense(5, activation="relu")(keras.layers.Flatten()(inputs))
+    return keras.Model(inputs, keras.layers.Dense(3)(h + nan))
+
+model = build(0)
+assert isinstance(model, torch.nn.Module)
+checkpoints = [build(seed).get_weights() for seed in (1, 2)]
+rng = np.random.default_rng(0)
+X = np.eye(4, dtype=np.float32)[rng.integers(0, 4, ({n}, {length}))]
+X[:, 0] = np.eye(4, dtype=np.float32)[0]
+X[{bad}, 0] = np.eye(4, dtype=np.float32)[2]
+y = rng.integers(0, 3, {n})
+messages = []
+for method in (sa.TRAK(model, checkpoints, proj_dim=4, batch_size=4),):
+    try:
+        method.fit(X, y)
+        messages.append("no error")
+    except ValueError as exc:
+        messages.append(str(exc))
+print(json.dumps(messages))
+"""
+
+
+def test_keras_on_the_torch_backend(tmp_path):
+    """TRAK (TracIn needs the per-example gradients of the parameters, which for a Keras model
+    on the torch backend are not those of its weights yet: tested with torch and TensorFlow)."""
+    code = KERAS_ON_TORCH.format(length=LENGTH, n=N_TRAIN, bad=BAD)
+    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    messages = json.loads(out.stdout.strip().splitlines()[-1])
+    pattern = rf"NaN or inf model outputs for sequence {BAD} of X_train at checkpoints\[0\]"
+    for message, func in zip(messages, ("TRAK.fit",), strict=True):
+        assert message.startswith(f"The 'model' parameter of {func}"), message
+        assert "\n" not in message and re.search(pattern, message), message

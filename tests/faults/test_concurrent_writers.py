@@ -120,3 +120,33 @@ def test_a_lock_left_by_a_dead_process_never_blocks_the_rerun(tmp_path):
     sa.saliency(model, X, out=path)
     assert read_tracks(path).attrs["n_completed"] == 6
     assert leftovers(tmp_path) == []
+
+
+def test_a_second_writer_through_a_hard_link_is_refused(tmp_path):
+    """Another name of the same file (a hard link in another folder) has another lock beside
+    it: the lock on the file itself refuses the second writer, and the first finishes alone."""
+    import models
+
+    path = tmp_path / "t.h5"
+    (tmp_path / "other").mkdir()
+    link = tmp_path / "other" / "t.h5"
+    go = tmp_path / "go"
+    first = _writer(path, pause=go)
+    try:
+        _wait_for_rows(path, first)
+        os.link(path, link)
+        second = _writer(link)
+        _, err = second.communicate(timeout=300)
+        assert second.returncode != 0
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("BlockingIOError: The 'out' parameter"), err[-2000:]
+        assert "another name (a hard link)" in last
+    finally:
+        go.touch()
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]
+    model = models.torch_model("convnet", models.convnet_weights(n_outputs=3), "NCL")
+    X = random_one_hot(N, LENGTH, seed=8, layout="NCL")
+    alone = sa.expected_integrated_gradients(model, X, **KWARGS)
+    np.testing.assert_array_equal(read_tracks(link).attributions, alone)
+    assert leftovers(tmp_path) == [] and leftovers(tmp_path / "other") == []

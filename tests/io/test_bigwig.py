@@ -126,6 +126,28 @@ def test_write_bigwig_argument_errors(tmp_path: Path):
     assert not path.exists()
 
 
+def test_write_bigwig_into_an_unwritable_folder_is_an_error_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # libBigWig crashes the interpreter on a path it cannot create: the folder is tried first
+    import errno
+
+    from seqattrib.io import bigwig
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    def never(*args, **kwargs):
+        raise AssertionError("pyBigWig.open was called on an unwritable path")
+
+    monkeypatch.setattr(bigwig, "open", read_only, raising=False)
+    monkeypatch.setattr(pyBigWig, "open", never)
+    regions = Regions.from_arrays(["chr1"], [0], [4])
+    with pytest.raises(OSError, match=r"'path' parameter.*e\.bw.*[Rr]ead-only"):
+        write_bigwig(tmp_path / "e.bw", np.ones((1, 4)), regions, SIZES)
+    assert list(tmp_path.iterdir()) == []
+
+
 def _cases_dir() -> Path:
     root = os.environ.get("SEQATTRIB_CASES")
     base = Path(root) if root else Path(__file__).resolve().parents[2] / "../shared/data/cases"

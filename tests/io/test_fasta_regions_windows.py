@@ -341,3 +341,34 @@ def test_modules_import_no_optional_dependency():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+FAULTY_FASTA = {
+    "empty": (b"", r"at least one '>' record\. Got '.*empty\.fa', empty"),
+    "blank": (b"\n\n", r"at least one '>' record\. Got '.*blank\.fa', empty"),
+    "no-header": (b"ACGT\nACGT\n", r"starting with a '>' line\. Got text before any '>' line"),
+    "binary": (bytes(range(256)) * 8, r"a FASTA text file\. Got '.*binary\.fa', binary data"),
+    "duplicate": (b">a\nACGT\n>b\nACGT\n>a\nACGT\n", r"unique sequence names\. Got .*'a' twice"),
+}
+
+
+@pytest.mark.parametrize("backend", ["pyfaidx", "memory"])
+@pytest.mark.parametrize("name", list(FAULTY_FASTA))
+def test_a_faulty_fasta_is_one_line_naming_path(tmp_path: Path, name: str, backend: str):
+    content, pattern = FAULTY_FASTA[name]
+    path = tmp_path / f"{name}.fa"
+    path.write_bytes(content)
+    for read in (
+        lambda: Genome(path, backend=backend).chrom_sizes,
+        lambda: sa.io.fasta_windows(path)[:],
+        lambda: read_fasta(path),
+    ):
+        with pytest.raises(ValueError, match=r"The 'path' parameter of \w+ must be .*" + pattern):
+            read()
+
+
+def test_an_iupac_letter_in_a_fasta_names_letter_record_and_file(tmp_path: Path):
+    path = _write(tmp_path / "seqs.fa", ">one\nACGTACGT\n>two desc\nACGT\nGTRC\n")
+    pattern = r"'path' .*letter 'R' at position 6 of record 'two' \(line 5\) of '.*seqs.fa'"
+    with pytest.raises(ValueError, match=pattern):
+        sa.io.fasta_windows(path)  # at once, before any window is read

@@ -117,3 +117,48 @@ def test_a_full_disk_does_not_stop_the_lock(tmp_path, monkeypatch):
         lock.acquire(path, "explain")
     held.release()
     lock.acquire(path, "explain").release()
+
+
+def test_a_link_planted_as_the_lock_is_refused_and_its_target_untouched(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    path = str(tmp_path / "y.h5")
+    os.symlink(outside, lock.lock_path(path))
+    with pytest.raises(OSError, match=r"'out' parameter of explain .*lock file.*symbolic link"):
+        lock.acquire(path, "explain")
+    assert outside.read_text() == "precious\n"
+    os.remove(lock.lock_path(path))
+    os.mkfifo(lock.lock_path(path))
+    with pytest.raises(OSError, match=r"lock file is a regular file.*not a regular file"):
+        lock.acquire(path, "explain")
+
+
+def test_a_lock_that_cannot_be_created_is_one_line_naming_out(tmp_path, monkeypatch):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lock.os, "open", full)
+    with pytest.raises(OSError, match=r"'out' parameter of explain .*No space left on device"):
+        lock.acquire(str(tmp_path / "t.h5"), "explain")
+
+
+def test_the_file_itself_is_locked_whatever_name_leads_to_it(tmp_path):
+    """A hard link has another path, so another lock beside it: the lock on the file's own
+    identity refuses its second writer."""
+    path = tmp_path / "t.h5"
+    path.write_bytes(b"data")
+    (tmp_path / "other").mkdir()
+    link = tmp_path / "other" / "t.h5"
+    os.link(path, link)
+    first = lock.acquire(str(path), "explain")
+    first.hold_file(str(path), "explain")
+    second = lock.acquire(str(link), "explain")  # another sidecar: taken
+    with pytest.raises(BlockingIOError, match=r"another process is writing under another name"):
+        second.hold_file(str(link), "explain")
+    second.release()
+    first.release()
+    again = lock.acquire(str(link), "explain")
+    again.hold_file(str(link), "explain")
+    again.release()

@@ -32,3 +32,9 @@ def test_one_hot_errors():
         sa.one_hot([])
     with pytest.raises(TypeError, match="strings"):
         sa.one_hot(["ACGT", 5])
+
+
+@pytest.mark.parametrize("dtype", ["int4", "U1", object, "complex64"])
+def test_one_hot_refuses_a_dtype_that_is_no_real_number(dtype):
+    with pytest.raises(TypeError, match=r"'dtype' parameter of one_hot must be a real numeric"):
+        sa.one_hot("ACGT", dtype=dtype)

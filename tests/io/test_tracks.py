@@ -163,3 +163,53 @@ def test_files_carry_fingerprints_and_older_files_are_read_but_not_resumed(model
     assert read_tracks(path).attributions.shape == (2, 4, LENGTH)
     with pytest.raises(ValueError, match=r"older seqattrib without the fingerprints"):
         sa.saliency(model, X, out=path)
+
+
+def test_out_that_names_no_file_is_refused_and_nothing_is_written(model, tmp_path, monkeypatch):
+    X = random_one_hot(4, LENGTH, seed=36, layout="NCL")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"'out' parameter of saliency must be a file path"):
+        sa.saliency(model, X, out="")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"'out' .*a file path, not a folder.*results/tracks.h5"):
+        sa.saliency(model, X, out=folder, overwrite=True)
+    assert (folder / "keep.txt").read_text() == "mine"
+    dangling = tmp_path / "link.h5"
+    dangling.symlink_to(tmp_path / "gone" / "t.h5")
+    with pytest.raises(ValueError, match=r"'out' .*link to the missing '.*gone/t.h5'"):
+        sa.saliency(model, X, out=dangling)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.h5", "results"]
+    (tmp_path / "t.h5.creating").mkdir()  # not a leftover of ours: refused in one line
+    (tmp_path / "t.h5.creating" / "x").write_text("")
+    with pytest.raises(OSError, match=r"'out' .*removing '.*t.h5.creating' failed"):
+        sa.saliency(model, X, out=tmp_path / "t.h5")
+
+
+def test_regions_of_another_width_than_the_rows_are_refused_at_the_start(model, tmp_path):
+    X = random_one_hot(3, LENGTH, seed=37, layout="NCL")
+    start = np.arange(3) * 100
+    wide = SimpleNamespace(chrom=["chr1"] * 3, start=start, end=start + LENGTH + 10)
+    path = tmp_path / "t.h5"
+    pattern = r"'regions' parameter of saliency must be regions as wide as the sequences \(24"
+    with pytest.raises(ValueError, match=pattern + r".*region 0 \(chr1:0-34\), 34 bases wide"):
+        sa.saliency(model, X, out=path, regions=wide)
+    assert not path.exists()
+
+
+def test_read_tracks_refuses_rows_it_cannot_select(model, tmp_path):
+    X = random_one_hot(4, LENGTH, seed=38, layout="NCL")
+    path = sa.saliency(model, X, out=tmp_path / "t.h5")
+    with pytest.raises(TypeError, match=r"'rows' parameter of read_tracks must be None or a sl"):
+        read_tracks(path, rows=[5])
+    with pytest.raises(TypeError, match=r"'rows' .*Got -1 instead. Pass e.g. rows=slice\(5, 6\)"):
+        read_tracks(path, rows=-1)
+    with pytest.raises(ValueError, match=r"'rows' .*within the 4 completed rows"):
+        read_tracks(path, rows=slice(5, 6))
+    with pytest.raises(ValueError, match=r"'rows' .*positive step"):
+        read_tracks(path, rows=slice(None, None, -1))
+    np.testing.assert_array_equal(
+        read_tracks(path, rows=slice(1, 3)).attributions, read_tracks(path).attributions[1:3]
+    )
+    assert len(read_tracks(path, rows=slice(4, 6)).attributions) == 0

@@ -5,12 +5,21 @@ function, in TSV and Parquet; chromosome names and ids with tabs, newlines, carr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import make_model
-from variant_cases import L, make_genome, other_base
+from variant_cases import (  # noqa: F401 - the genome and fasta fixtures
+    L,
+    fasta_fixture,
+    genome_fixture,
+    make_genome,
+    other_base,
+)
 
 import seqattrib as sa
+from seqattrib.cli import main
 from seqattrib.variants import merge_effects, read_effects
 from seqattrib.variants import table as effects_table
 
@@ -236,3 +245,85 @@ def test_read_effects_of_a_malformed_table_is_a_one_line_error(tmp_path, models_
     assert message.startswith("The 'path' parameter of read_effects") and repr(str(out)) in message
     assert where in message or (where == "line 2" and "header (line 2)" in message)
     assert "overwrite=True" in message
+
+
+def test_parquet_keeps_nan_as_a_number_and_reads_nulls_of_older_tables_as_nan(tmp_path, models_ab):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    model, _ = models_ab
+    out = tmp_path / "effects.parquet"
+    kwargs = dict(KWARGS, score="log_ratio")
+    with pytest.warns(sa.SeqAttribWarning, match="log_ratio is NaN"):
+        memory = sa.variant_effects(model, GENOME, VARIANTS, **kwargs)
+        sa.variant_effects(model, GENOME, VARIANTS, out=out, **kwargs)
+    nan = np.isnan(memory.scores["log_ratio"][:, 0])
+    assert nan.any()
+    stored = pq.read_table(out)
+    assert stored.column("log_ratio_0").null_count == 0  # NaN is a number, not a missing value
+    np.testing.assert_array_equal(
+        read_effects(out).columns["log_ratio_0"], memory.scores["log_ratio"][:, 0]
+    )
+    # a table of an older version stored NaN as null: read (and merged) as NaN
+    column = stored.column("log_ratio_0")
+    nulls = pa.array(column.to_numpy(), mask=np.isnan(column.to_numpy()), type=pa.float32())
+    older = stored.set_column(stored.column_names.index("log_ratio_0"), "log_ratio_0", nulls)
+    assert older.column("log_ratio_0").null_count == nan.sum()
+    pq.write_table(older, out)
+    np.testing.assert_array_equal(
+        read_effects(out).columns["log_ratio_0"], memory.scores["log_ratio"][:, 0]
+    )
+
+
+FACTORY = """
+import sys
+sys.path.insert(0, {tests!r})
+import models
+
+def model_a():
+    return models.torch_model("convnet", models.convnet_weights(n_outputs=3), "NCL")
+
+def model_b():
+    weights = models.convnet_weights(n_outputs=3)
+    weights["dense"][0, 0] += 0.5
+    return models.torch_model("convnet", weights, "NCL")
+"""
+
+
+def test_command_line_rerun_with_another_model(tmp_path, monkeypatch, fasta, capsys):
+    """``seqattrib variants --model B`` on the table of ``--model A``: exit 1, one line."""
+    tests = str(Path(__file__).parents[1])
+    (tmp_path / "two_models.py").write_text(FACTORY.format(tests=tests))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lines = ["chrom\tpos\tid\tref\talt"]
+    lines += [
+        f"chr1\t{p}\tv{p}\t{r}\t{a}"
+        for p, r, a in zip(*(VARIANTS[k] for k in ("pos", "ref", "alt")), strict=True)
+    ]
+    (tmp_path / "variants.tsv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "effects.tsv"
+    argv = ["variants", "--genome", str(fasta), "--table", str(tmp_path / "variants.tsv"),
+            "--length", str(L), "--score", "delta", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main([*argv, "--model", "two_models:model_a"]) == 0
+    written = out.read_bytes()
+    capsys.readouterr()
+    assert main([*argv, "--model", "two_models:model_b"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("seqattrib variants: error: --out must be"), err
+    assert "written with another model" in err and "--overwrite" in err
+    assert out.read_bytes() == written
+    assert main([*argv, "--model", "two_models:model_a"]) == 0  # the same model reuses it
+    assert out.read_bytes() == written
+
+
+@pytest.mark.parametrize("keep", [N - 1, 0])
+def test_a_finished_parquet_table_with_rows_missing_is_not_reused(tmp_path, models_ab, keep):
+    pq = pytest.importorskip("pyarrow.parquet")
+    model, _ = models_ab
+    out = tmp_path / "effects.parquet"
+    sa.variant_effects(model, GENOME, VARIANTS, out=out, **KWARGS)
+    table = pq.read_table(out)
+    pq.write_table(table.slice(0, keep), out)  # its settings kept, rows lost
+    with pytest.raises(ValueError, match=rf"with only {keep} rows.*overwrite=True") as info:
+        sa.variant_effects(model, GENOME, VARIANTS, out=out, **KWARGS)
+    _one_line(str(info.value))
+    assert pq.read_table(out).num_rows == keep

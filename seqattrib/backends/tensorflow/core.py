@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -10,7 +11,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..._errors import parameter_error
+from ..._errors import SeqAttribWarning, parameter_error
+from ..._threads import affinity_cpus, available_cpus
 from ..protocol import Head, OutOfDeviceMemory, TransferStats
 from .parameters import (
     TensorFlowParameterGradients,
@@ -37,6 +39,21 @@ def _tf_device(device: Any) -> str | None:
             "the TensorFlow backend", "device", "'cpu', 'gpu', 'cuda:N' or '/GPU:N'", device
         )
     return f"/{kind}:{index or 0}"
+
+
+def _warn_about_threads() -> None:
+    """TensorFlow sizes its thread pools by the CPUs of the process's affinity, not by a cgroup
+    CPU quota, and cannot resize them once started: say so where a quota allows fewer."""
+    cpus, seen = available_cpus(), affinity_cpus()
+    if tf.config.threading.get_intra_op_parallelism_threads() == 0 and cpus < seen:
+        warnings.warn(
+            f"TensorFlow runs one thread per core it sees ({seen}) but "
+            f"this process may use {cpus} CPUs (its cgroup quota); more threads than CPUs slow "
+            "it down. Call tf.config.threading.set_intra_op_parallelism_threads("
+            f"{cpus}) before TensorFlow's first operation.",
+            SeqAttribWarning,
+            stacklevel=5,
+        )
 
 
 class _Transposed(tf.Module):
@@ -82,6 +99,8 @@ class TensorFlowBackend(
         previous = self._on_cpu
         gpus = tf.config.list_logical_devices("GPU")
         self._on_cpu = not gpus or (name is not None and "CPU" in name.upper())
+        if self._on_cpu:
+            _warn_about_threads()
         try:
             with tf.device(name) if name else nullcontext():
                 yield name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -10,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._errors import parameter_error
+from ..._errors import SeqAttribWarning, parameter_error
+from ..._threads import available_cpus
 from ..._validation import check_device
 from ..protocol import Head, OutOfDeviceMemory, TransferStats
 from .gradients import target_gradients
@@ -104,6 +106,29 @@ def _device(device: Any) -> torch.device:
     return target
 
 
+@contextmanager
+def _threads_within_cpus(device: torch.device) -> Iterator[None]:
+    """On a CPU, at most one torch thread per CPU this process may use, inside a call (the
+    user's setting is restored after): more threads than CPUs spin and wait for each other,
+    and torch counts the machine's cores, not a container's or a scheduler's share of them."""
+    threads, cpus = torch.get_num_threads(), available_cpus()
+    if device.type != "cpu" or threads <= cpus:
+        yield
+        return
+    warnings.warn(
+        f"torch is set to {threads} threads but this process may use {cpus} CPUs (its CPU "
+        f"affinity or cgroup quota); seqattrib runs torch with {cpus} threads during its calls. "
+        f"Set OMP_NUM_THREADS={cpus} or call torch.set_num_threads({cpus}) to silence this.",
+        SeqAttribWarning,
+        stacklevel=4,
+    )
+    torch.set_num_threads(cpus)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _eval(model: torch.nn.Module) -> None:
     """Eval mode; a ``torch.export`` program has none to set (it runs as it was exported)."""
     try:
@@ -152,12 +177,22 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
         if not isinstance(model, torch.nn.Module):  # a plain callable: nothing to restore
             previous, self.device = self.device, _device(device or "cpu")
             try:
-                yield self.device
+                with _threads_within_cpus(self.device):
+                    yield self.device
             finally:
                 self.device = previous
             return
         params = list(model.parameters())
         tensors = params + list(model.buffers())
+        if any(t.device.type == "meta" for t in tensors):
+            raise parameter_error(
+                "the call",
+                "model",
+                "a model whose weights hold values",
+                "a model with weights on the meta device (shapes without values)",
+                "Load its weights first: model.to_empty(device='cpu'), then load_state_dict.",
+                described=True,
+            )
         home = tensors[0].device if tensors else torch.device("cpu")
         target = _device(device) if device is not None else home
         modes = [(m, m.training) for m in model.modules()]
@@ -171,7 +206,8 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
             for p in params:
                 p.requires_grad_(False)
             self.device = target
-            yield target
+            with _threads_within_cpus(target):
+                yield target
         finally:
             self.device = previous
             for p, flag in grad_flags:
