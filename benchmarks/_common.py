@@ -1,12 +1,20 @@
-"""Shared pieces of the benchmark scripts: timing, the results table, the machine description.
+"""The harness every benchmark script shares: the path and thread preamble, timing, peak
+memory, the results table and the machine description.
 
 Benchmarks are scripts, not tests: they print one markdown table of ratios measured in one run.
 Every ratio compares variants timed back to back in the same process, each warmed up once
 before timing, reported as the median over repeats.
+
+A script imports this module first (it sits beside the scripts, so ``import _common`` finds it):
+that puts this checkout's ``seqattrib`` and the test models (``tests/models.py``,
+``tests/published_models.py``) on ``sys.path`` and quiets TensorFlow's start-up logging, before
+any framework is imported. It imports no framework itself, so a script can still fix the BLAS
+threads (``blas_threads``) before NumPy loads.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
@@ -18,6 +26,39 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+for _path in (REPO / "tests", REPO):  # the test models, and the seqattrib of this checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+def blas_threads(threads: int | str, *, force: bool = False) -> None:
+    """Fix NumPy's and the frameworks' BLAS/OpenMP threads; only before NumPy is imported.
+    ``force``: also over values set in the environment."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        if force:
+            os.environ[name] = str(threads)
+        else:
+            os.environ.setdefault(name, str(threads))
+
+
+def one_thread(torch: Any = None, tf: Any = None) -> None:
+    """One intra-op (and inter-op) thread in torch and TensorFlow, for the ones given."""
+    if torch is not None:
+        torch.set_num_threads(1)
+    if tf is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Run a script's ``main`` and log how long the whole run took."""
+    start = time.perf_counter()
+    main()
+    log(f"done in {time.perf_counter() - start:.0f} s")
 
 
 def log(message: str) -> None:
@@ -36,24 +77,84 @@ class Variant:
     sync: Callable[[], None] | None = None
 
 
-def time_once(fn: Callable[[], Any], sync: Callable[[], None] | None = None) -> float:
-    """Wall-clock seconds of one call (after waiting for queued device work, when given)."""
-    start = time.perf_counter()
+def time_once(
+    fn: Callable[[], Any],
+    sync: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Seconds of one call (after waiting for queued device work, when given)."""
+    start = clock()
     fn()
     if sync is not None:
         sync()
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def interleaved(variants: list[Variant], repeats: int) -> dict[str, float]:
-    """Warm every variant once, then time them in turn ``repeats`` times; medians by name."""
+# --------------------------------------------------------------------------- peak memory
+def fmt_bytes(n: float) -> str:
+    return f"{n:,.0f} B" if float(n).is_integer() else f"{n:,.1f} B"
+
+
+def fmt_mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def probe_in_subprocess(script: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``script --memory-probe SPEC`` in a fresh process; the JSON it prints last."""
+    log(f"  memory probe {spec}")
+    done = subprocess.run(
+        [sys.executable, script, "--memory-probe", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"memory probe {spec} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _status(field: str) -> int:
+    """A memory field of /proc/self/status (VmRSS, VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_rss(call: Callable[[], Any]) -> tuple[int, str]:
+    """Bytes of resident memory ``call`` added at its peak, and how that was measured.
+
+    Not getrusage's ru_maxrss: it survives fork + exec, so a child started by a large parent
+    reports the parent's RSS. VmHWM is this process's own high-water mark, reset just before
+    the call where the kernel allows it.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = "reset via /proc/self/clear_refs just before the call"
+    except OSError:
+        reset = "not resettable here: includes the imports' peak"
+    before = _status("VmRSS")
+    result = call()
+    peak = _status("VmHWM")
+    del result
+    return peak - before, f"peak RSS (VmHWM of /proc/self/status, {reset}) − RSS before the call"
+
+
+def interleaved(
+    variants: list[Variant], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
+    """Warm every variant once, then time them in turn ``repeats`` times; medians by name.
+    ``clock``: wall-clock seconds by default (``time.process_time``: this process's CPU)."""
     for v in variants:
         log(f"  warm-up {v.name}")
-        time_once(v.warm or v.run, v.sync)
+        time_once(v.warm or v.run, v.sync, clock)
     times: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(repeats):
         for v in variants:
-            seconds = time_once(v.run, v.sync)
+            seconds = time_once(v.run, v.sync, clock)
             times[v.name].append(seconds)
             log(f"  repeat {r + 1}/{repeats} {v.name}: {seconds:.2f} s")
     return {name: statistics.median(ts) for name, ts in times.items()}
@@ -111,6 +212,16 @@ def meets(value: float, target: str) -> str:
         if text.startswith(op):
             return "yes" if test(value, float(text[len(op) :])) else "**no**"
     return "—"
+
+
+def print_report(rows: list[Row], explanation: str, notes: list[str]) -> None:
+    """The results table, what its ratios mean, and the notes of the run, on stdout."""
+    print()
+    print(markdown_table(rows))
+    print()
+    print(explanation)
+    for note in notes:
+        print(f"- {note}")
 
 
 def markdown_table(rows: list[Row]) -> str:

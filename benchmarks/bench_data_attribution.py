@@ -33,35 +33,28 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, and the seqattrib of this checkout
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-from _common import (  # noqa: E402
+from _common import (
     Row,
     Variant,
     interleaved,
     load_average,
     log,
     machine_description,
-    markdown_table,
+    peak_rss,
+    print_report,
+    probe_in_subprocess,
     relative_error,
+    run_main,
     time_once,
 )
 
-import seqattrib  # noqa: E402
+import seqattrib
 
 LENGTH = 200
 N_CHECKPOINTS = 3
@@ -218,27 +211,9 @@ def best_batch(
 
 
 # --------------------------------------------------------------------------- peak memory
-def _status(field: str) -> int:
-    """A memory field of /proc/self/status (VmRSS, VmHWM), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def peak_memory(spec: dict[str, Any]) -> tuple[float, str]:
     """Peak memory of one variant's call, measured in a fresh subprocess."""
-    log(f"  memory probe {spec['name']}")
-    done = subprocess.run(
-        [sys.executable, __file__, "--memory-probe", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"memory probe {spec} failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = probe_in_subprocess(__file__, spec)
     return float(result["bytes"]), str(result["method"])
 
 
@@ -255,22 +230,14 @@ def memory_probe(spec: dict[str, Any]) -> None:
     model = torch_model()
     run_variant(spec["name"], model, spec["paths"], tiny, spec["batch"])  # one-time costs
     gc.collect()
-    try:  # reset the high-water mark, so the peak is this call's alone
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        reset = "reset via /proc/self/clear_refs just before the call"
-    except OSError:
-        reset = "not resettable here: includes the imports' peak"
-    before = _status("VmRSS")
-    result = run_variant(spec["name"], model, spec["paths"], data, spec["batch"])
-    peak = _status("VmHWM")
-    del result
-    method = (
-        f"peak RSS (VmHWM of /proc/self/status, {reset}) − RSS before the call, in a fresh "
-        "subprocess per variant after imports, data, model and a warm-up call on 4 training "
-        "sequences (one-time costs such as lazy imports excluded)"
+    peak, method = peak_rss(
+        lambda: run_variant(spec["name"], model, spec["paths"], data, spec["batch"])
     )
-    print(json.dumps({"bytes": peak - before, "method": method}))
+    method += (
+        ", in a fresh subprocess per variant after imports, data, model and a warm-up call on 4 "
+        "training sequences (one-time costs such as lazy imports excluded)"
+    )
+    print(json.dumps({"bytes": peak, "method": method}))
 
 
 def fmt_mib(n_bytes: float) -> str:
@@ -520,19 +487,14 @@ def main(argv: list[str] | None = None) -> None:
         f"repeats per variant: {repeats} (median), each variant warmed up once on "
         f"{plan.n_probe} training sequences; variants of a comparison timed in turn"
     )
-    print()
-    print(markdown_table(rows))
-    print()
-    print(
+    print_report(
+        rows,
         "Ratios: time rows are theirs ÷ ours (a speed-up); memory rows captum ÷ ours. A timed "
         "call is the whole job (fit + scores; construction + influence). Timings are "
-        "wall-clock, so they move with the machine's load."
+        "wall-clock, so they move with the machine's load.",
+        notes,
     )
-    for note in notes:
-        print(f"- {note}")
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
-    main()
-    log(f"done in {time.perf_counter() - start:.0f} s")
+    run_main(main)

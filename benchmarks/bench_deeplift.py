@@ -24,24 +24,18 @@ wall-clock time).
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
-import sys
-import time
-from pathlib import Path
+import _common
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+_common.blas_threads(1)  # before NumPy loads
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 import models  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402  (torch before TensorFlow)
-from _common import Row, Variant, log, machine_description, markdown_table  # noqa: E402
+import torch  # noqa: E402  (before TensorFlow)
+from _common import Row, Variant, interleaved, log, machine_description, markdown_table  # noqa: E402
 from deeplift_models import dinucleotide_references, torch_module_model  # noqa: E402
 
 import seqattrib as sa  # noqa: E402
@@ -53,23 +47,6 @@ CASES = {
     "BPNet-like L=1000": ("bpnet", 1000, models.bpnet_weights),
     "CREsted-like L=500": ("crested", 500, models.crested_weights),
 }
-
-
-def interleaved(variants: list[Variant], repeats: int, cpu: bool) -> dict[str, float]:
-    """Warm every variant once, then time them in turn ``repeats`` times; medians by name.
-    ``cpu``: this process's CPU seconds (one thread), else wall-clock seconds."""
-    clock = time.process_time if cpu else time.perf_counter
-    for v in variants:
-        log(f"  warm-up {v.name}")
-        v.run()
-    times: dict[str, list[float]] = {v.name: [] for v in variants}
-    for r in range(repeats):
-        for v in variants:
-            tick = clock()
-            v.run()
-            times[v.name].append(clock() - tick)
-            log(f"  repeat {r + 1}/{repeats} {v.name}: {times[v.name][-1]:.2f} s")
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def best_batch_size(run: callable, cpu: bool) -> tuple[int, dict[int, float]]:  # type: ignore[valid-type]
@@ -163,7 +140,7 @@ def _compare(label: str, setup: dict, targets: list[int], args: argparse.Namespa
             ),
         ],
         args.repeats,
-        cpu=cpu,
+        clock=time.process_time if cpu else time.perf_counter,
     )
     return [
         Row.ratio_row(
@@ -207,7 +184,7 @@ def keras_rows(label: str, args: argparse.Namespace) -> list[Row]:
     times = interleaved(
         [Variant("keras", lambda: run(keras_model)), Variant("torch", lambda: run(torch_model))],
         args.repeats,
-        cpu=True,
+        clock=time.process_time,
     )
     return [
         Row(

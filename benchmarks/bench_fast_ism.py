@@ -28,24 +28,16 @@ size probe). ``--quick`` scans a window of positions instead (a smoke test, not 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+import _common
 import numpy as np
+import torch  # before TensorFlow
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import torch  # noqa: E402  (before TensorFlow)
-
-torch.set_num_threads(1)
+_common.one_thread(torch)
 
 import models  # noqa: E402
 import published_models as published  # noqa: E402
@@ -60,8 +52,7 @@ from _common import (  # noqa: E402
     tangermeme_ism,
 )
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+_common.one_thread(tf=tf)
 tf.get_logger().setLevel("ERROR")
 
 import seqattrib  # noqa: E402

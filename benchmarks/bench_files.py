@@ -29,21 +29,16 @@ import argparse
 import contextlib
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-# _common (beside this script), tests/models.py, this checkout
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
-
-import models  # noqa: E402
-from _common import (  # noqa: E402
+from _common import (
     Row,
     Variant,
     interleaved,

@@ -33,37 +33,31 @@ import dataclasses
 import functools
 import gc
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-# _common, the toy models of tests/models.py, and the seqattrib of this checkout
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import models  # noqa: E402
-from _common import (  # noqa: E402
+from _common import (
     Row,
     Variant,
+    fmt_bytes,
+    fmt_mib,
     interleaved,
     load_average,
     log,
     machine_description,
     markdown_table,
+    peak_rss,
+    probe_in_subprocess,
     relative_error,
     time_once,
 )
 
-import seqattrib  # noqa: E402
-from seqattrib.engine import batching  # noqa: E402
+import seqattrib
+from seqattrib.engine import batching
 
 Tensor = Any
 N_STEPS = 25
@@ -332,14 +326,6 @@ def cached_size(model: Any, k: int) -> int | None:
         if isinstance(key, tuple) and len(key) == 6 and key[4] == k
     ]
     return sizes[0] if sizes else None
-
-
-def fmt_bytes(n: float) -> str:
-    return f"{n:,.0f} B" if float(n).is_integer() else f"{n:,.1f} B"
-
-
-def fmt_mib(n: float) -> str:
-    return f"{n / 2**20:,.0f} MiB"
 
 
 @dataclass
@@ -669,26 +655,8 @@ def peak_memory(
 ) -> tuple[float, str]:
     """Peak memory of one call, measured in a fresh subprocess (``--memory-probe``)."""
     spec = {"kind": kind, "side": name, "targets": list(targets), "n": n, "device": device}
-    log(f"  memory probe {spec}")
-    done = subprocess.run(
-        [sys.executable, __file__, "--memory-probe", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"memory probe {spec} failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = probe_in_subprocess(__file__, spec)
     return float(result["bytes"]), str(result["method"])
-
-
-def _status(field: str) -> int:
-    """A memory field of /proc/self/status (VmRSS, VmHWM), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def memory_probe(spec: dict[str, Any]) -> None:
@@ -742,23 +710,10 @@ def memory_probe(spec: dict[str, Any]) -> None:
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated(device)
         method = "CUDA peak allocated − allocated before the call, fresh subprocess per variant"
+        del result
     else:
-        # Not getrusage's ru_maxrss: it survives fork + exec, so a child started by a large
-        # parent reports the parent's RSS. VmHWM is this process's own high-water mark.
-        try:  # reset it, so the peak is this call's alone
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            reset = "reset via /proc/self/clear_refs just before the call"
-        except OSError:
-            reset = "not resettable here: includes the imports' peak"
-        before = _status("VmRSS")
-        result = call()
-        peak = _status("VmHWM")
-        method = (
-            f"peak RSS (VmHWM of /proc/self/status, {reset}) − RSS before the call, "
-            "fresh subprocess per variant"
-        )
-    del result
+        peak, method = peak_rss(call)
+        before, method = 0, method + ", fresh subprocess per variant"
     print(json.dumps({"bytes": peak - before, "method": method}))
 
 

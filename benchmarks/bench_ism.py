@@ -40,37 +40,32 @@ import argparse
 import dataclasses
 import gc
 import json
-import os
-import subprocess
 import sys
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-# _common, the toy models of tests/models.py, and the seqattrib of this checkout
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import models  # noqa: E402
-from _common import (  # noqa: E402
+from _common import (
     Row,
     Variant,
+    fmt_bytes,
+    fmt_mib,
     interleaved,
     load_average,
     log,
     machine_description,
     markdown_table,
+    peak_rss,
+    probe_in_subprocess,
     relative_error,
     tangermeme_ism,
 )
 
-import seqattrib  # noqa: E402
+import seqattrib
 
 Tensor = Any
 BATCH = 128
@@ -298,14 +293,6 @@ def tangermeme_call(
 
 
 # --------------------------------------------------------------------------- helpers
-def fmt_bytes(n: float) -> str:
-    return f"{n:,.0f} B" if float(n).is_integer() else f"{n:,.1f} B"
-
-
-def fmt_mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
-
-
 @dataclass
 class Context:
     side: Side
@@ -691,26 +678,7 @@ def memory_rows(ctx: Context) -> None:
 
 def peak_memory(spec: dict[str, Any]) -> dict[str, Any]:
     """Peak memory of one call, measured in a fresh subprocess (``--memory-probe``)."""
-    log(f"  memory probe {spec}")
-    done = subprocess.run(
-        [sys.executable, __file__, "--memory-probe", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"memory probe {spec} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
-def _status(field: str) -> int:
-    """A memory field of /proc/self/status (VmRSS, VmHWM), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
+    return probe_in_subprocess(__file__, spec)
 
 
 def memory_probe(spec: dict[str, Any]) -> None:
@@ -732,28 +700,22 @@ def memory_probe(spec: dict[str, Any]) -> None:
 
     call(X[:1], WARM_WINDOW)  # one-time costs (kernel selection, tracing) stay out of the peak
     gc.collect()
-    # Not getrusage's ru_maxrss: it survives fork + exec, so a child started by a large parent
-    # reports the parent's RSS. VmHWM is this process's own high-water mark.
-    try:  # reset it, so the peak is this call's alone
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        reset = "reset via /proc/self/clear_refs just before the call"
-    except OSError:
-        reset = "not resettable here: includes the imports' peak"
-    before = _status("VmRSS")
-    tracemalloc.start()
-    result = call(X, window)
-    traced = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    peak = _status("VmHWM")
-    method = (
-        f"peak RSS (VmHWM of /proc/self/status, {reset}) − RSS after model build and a small "
-        "warm-up call, fresh subprocess per variant; includes the model's activations (the "
-        "same on both sides at the same batch size) and the allocator's reuse of freed memory, "
-        "which moves it by tens of MiB between runs"
+
+    def traced_call() -> tuple[np.ndarray, int]:
+        tracemalloc.start()
+        try:
+            return call(X, window), tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    traced: list[int] = []
+    peak, method = peak_rss(lambda: traced.append(traced_call()[1]))
+    method += (
+        " (RSS after model build and a small warm-up call), fresh subprocess per variant; "
+        "includes the model's activations (the same on both sides at the same batch size) and "
+        "the allocator's reuse of freed memory, which moves it by tens of MiB between runs"
     )
-    del result
-    print(json.dumps({"rss": peak - before, "traced": traced, "method": method}))
+    print(json.dumps({"rss": peak, "traced": traced[0], "method": method}))
 
 
 # --------------------------------------------------------------------------- main

@@ -47,23 +47,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
 import numpy as np
+from _common import load_average, log, machine_description
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, and the seqattrib of this checkout
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from _common import load_average, log, machine_description  # noqa: E402
-
-import seqattrib  # noqa: E402
+import seqattrib
 
 LENGTH = 100
 MOTIFS = ("AGATAAGG", "GCACGTGC", "ATGACTCA")

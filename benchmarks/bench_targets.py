@@ -14,17 +14,13 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]  # tests/models.py, this seqattrib
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
+import torch  # noqa: F401  (before TensorFlow)
 
-import models  # noqa: E402
-import torch  # noqa: E402,F401  (torch before TensorFlow)
-
-import seqattrib as sa  # noqa: E402
-from seqattrib.engine import outputs  # noqa: E402
+import seqattrib as sa
+from seqattrib.engine import outputs
 
 
 def main() -> None:

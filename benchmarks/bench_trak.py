@@ -34,13 +34,12 @@ Timings are wall-clock on a shared machine: the load average is printed before a
 
 from __future__ import annotations
 
-import os
 import sys
 
+import _common
+
 if "--threads" in sys.argv:  # BLAS threads are fixed when numpy loads
-    _threads = sys.argv[sys.argv.index("--threads") + 1]
-    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[_name] = _threads
+    _common.blas_threads(sys.argv[sys.argv.index("--threads") + 1], force=True)
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
@@ -54,12 +53,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # _common, bench_data_attribution, this seqattrib
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from _common import Row, load_average, log, machine_description, markdown_table  # noqa: E402
+from _common import Row, load_average, log, machine_description, print_report, run_main  # noqa: E402
 from bench_data_attribution import (  # noqa: E402
     MODEL_LABEL,
     make_data,
@@ -402,19 +396,14 @@ def main(argv: list[str] | None = None) -> None:
         f"repeats per variant: {args.repeats} (median), each variant warmed up once on "
         f"{N_PROBE} training sequences; variants timed in turn"
     )
-    print()
-    print(markdown_table(rows))
-    print()
-    print(
+    print_report(
+        rows,
         "Ratios are theirs ÷ ours (a speed-up). The projections differ (traker: Gaussian, its "
         "seeds; ours: Rademacher, ours) and traker multiplies averaged scores by averaged Q "
-        "(ours averages per-checkpoint Q-weighted scores), so scores agree only roughly."
+        "(ours averages per-checkpoint Q-weighted scores), so scores agree only roughly.",
+        notes,
     )
-    for note in notes:
-        print(f"- {note}")
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
-    main()
-    log(f"done in {time.perf_counter() - start:.0f} s")
+    run_main(main)

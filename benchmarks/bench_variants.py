@@ -22,19 +22,11 @@ default: probed on the warm-up run and cached per model); ISM the same.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
+import _common
+import models
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent)]
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import _common  # noqa: E402
-import models  # noqa: E402
 
 LENGTHS = {"bpnet": 1000, "crested": 500}
 NAMES = {"bpnet": "BPNet-like (L=1000)", "crested": "CREsted-like (L=500)"}

@@ -9,18 +9,14 @@ max|g - g64| / max|g64| per setting (CPU float32 for scale).
 from __future__ import annotations
 
 import contextlib
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO)]  # tests/models.py, this seqattrib
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
+import models
+import numpy as np
+import torch
 
-import models  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import seqattrib as sa  # noqa: E402
-from seqattrib.backends.torch import core as torch_backend  # noqa: E402
+import seqattrib as sa
+from seqattrib.backends.torch import core as torch_backend
 
 
 def main() -> None:

@@ -24,12 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (first: the paths and environment every benchmark runs with)
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests" / "validation"), str(REPO)]  # simdna_case, this seqattrib
-
-from simdna_case import (  # noqa: E402
+from validation.simdna_case import (
     N_TASKS,
     TASK_MOTIFS,
     auroc,
@@ -43,7 +40,7 @@ from simdna_case import (  # noqa: E402
     simdna_dir,
 )
 
-import seqattrib  # noqa: E402
+import seqattrib
 
 
 # --------------------------------------------------------------------------- the validation

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ._errors import SeqAttribWarning
+from ._errors import SeqAttribDeprecationWarning, SeqAttribWarning
 from ._version import __version__
 from .attribution import (
     deep_lift_shap,
@@ -27,6 +27,7 @@ from .loader import load_model
 from .variants import variant_effects
 
 __all__ = [
+    "SeqAttribDeprecationWarning",
     "SeqAttribWarning",
     "TRAK",
     "TracIn",

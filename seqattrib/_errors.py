@@ -2,12 +2,84 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 
 class SeqAttribWarning(UserWarning):
     """Warnings issued by seqattrib (never a silent correction of a parameter)."""
+
+
+class SeqAttribDeprecationWarning(SeqAttribWarning, FutureWarning):
+    """An old name that still works for one release; the message names the new one."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The old names already warned about in this process: (where, old name).
+_WARNED: set[tuple[str, str]] = set()
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the calling function point at the
+    first caller outside this package (the user's line), however deep the call."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def warn_renamed(where: str, old: str, new: str) -> None:
+    """Warn, once per process, that ``old`` of ``where`` is now spelled ``new``."""
+    if (where, old) in _WARNED:
+        return
+    _WARNED.add((where, old))
+    warnings.warn(
+        f"{old} of {where} is renamed {new}; the old name will stop working in the next "
+        f"release. Use {new} instead.",
+        SeqAttribDeprecationWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
+def deprecated_alias(**renamed: str) -> Callable[[F], F]:
+    """Accept each old keyword name (``old="new"``) of the decorated function for one release.
+
+    An old keyword is passed on under its new name with a ``SeqAttribDeprecationWarning``
+    (once per process per function and name); passing the old and the new name together is a
+    ``TypeError``. The signature that ``inspect`` and the docs show holds only the new names.
+    """
+
+    def decorate(func: F) -> F:
+        where = func.__name__
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renamed.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise parameter_error(
+                        where,
+                        old,
+                        f"left out when {new}= is given (it is the old name of {new})",
+                        kwargs[old],
+                        f"Pass {new}= alone.",
+                        error=TypeError,
+                    )
+                warn_renamed(f"{where}()", f"{old}=", f"{new}=")
+                kwargs[new] = kwargs.pop(old)
+            return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 class InputShapeRefused(ValueError):

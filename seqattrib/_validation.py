@@ -102,3 +102,33 @@ def first_difference(
         if key not in ignore and old.get(key) != new.get(key):
             return key
     return None
+
+
+#: How every function that takes ``alphabet_axis`` documents it.
+ALPHABET_AXIS_DOC = "{None, -1, -2} or the same axis as a positive index"
+
+
+def check_alphabet_axis(alphabet_axis: Any, ndim: int, func: str) -> int | None:
+    """``alphabet_axis`` of an array of ``ndim`` axes as -1 or -2 (None stays None).
+
+    The alphabet is one of the array's last two axes: -1 for (..., L, 4), -2 for (..., 4, L);
+    a positive index of the same axis (``ndim - 1`` or ``ndim - 2``) means the same.
+    """
+    if alphabet_axis is None:
+        return None
+    if isinstance(alphabet_axis, bool) or not isinstance(alphabet_axis, numbers.Integral):
+        raise parameter_error(
+            func, "alphabet_axis", "None or an int", alphabet_axis, error=TypeError
+        )
+    axis = int(alphabet_axis)
+    if axis in (-1, -2):
+        return axis
+    if ndim >= 2 and axis in (ndim - 1, ndim - 2):
+        return axis - ndim
+    raise parameter_error(
+        func,
+        "alphabet_axis",
+        f"None or one of the last two axes of a {ndim}-D array (-1, -2, {ndim - 1} or {ndim - 2})",
+        alphabet_axis,
+        "Pass -1 for (..., length, 4) or -2 for (..., 4, length).",
+    )

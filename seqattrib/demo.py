@@ -149,7 +149,7 @@ def run_demo(
             contributions,
             start=max(0, s - 20),
             end=min(LENGTH, s + 30),
-            path=logo,
+            out=logo,
             title=f"{demo['names'][test[first]]}: GATA task, planted motif at {s}",
         )
         written.append(logo)

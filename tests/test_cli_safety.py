@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def test_demo_replaces_no_file_it_did_not_write(tmp_path, capsys, name):
     mine = tmp_path / name
     mine.write_bytes(b"the user's own file")
     err = _error(_demo(tmp_path), capsys)
-    assert "--outdir" in err and name in err and "--overwrite" in err
+    assert re.search(r"--out\b", err) and name in err and "--overwrite" in err
     assert mine.read_bytes() == b"the user's own file"
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing else was written
 
@@ -95,7 +96,7 @@ def test_demo_data_folder_that_does_not_exist_is_one_line(tmp_path, capsys):
 def test_demo_output_folder_that_is_a_file(tmp_path, capsys):
     (tmp_path / "d").write_text("a file")
     err = _error(_demo(tmp_path / "d"), capsys)
-    assert "--outdir" in err
+    assert re.search(r"--out\b", err)
 
 
 def test_demo_without_pybigwig_skips_the_bigwigs_and_says_so_first(tmp_path, capsys, monkeypatch):
@@ -153,7 +154,7 @@ def test_variants_check_their_optional_modules_before_work(
 # --------------------------------------------------------------------------- plot
 def test_plot_writes_exactly_the_path_asked(files, tmp_path, capsys):
     err = _error(["plot", str(files / "hyp.h5"), "-o", str(tmp_path / "noext")], capsys)
-    assert "--output" in err and ".png" in err
+    assert re.search(r"--out\b", err) and ".png" in err
     assert list(tmp_path.iterdir()) == []
     image = tmp_path / "logo.png"
     assert main(["plot", str(files / "hyp.h5"), "-o", str(image)]) == 0
@@ -173,7 +174,7 @@ def test_plot_on_a_full_disk_names_the_output(files, tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(Figure, "savefig", full)
     err = _error(["plot", str(files / "hyp.h5"), "-o", str(tmp_path / "x.png")], capsys)
-    assert f"--output '{tmp_path / 'x.png'}'" in err and "space" in err.lower()
+    assert f"--out '{tmp_path / 'x.png'}'" in err and "space" in err.lower()
     assert list(tmp_path.iterdir()) == []
 
 
@@ -207,7 +208,7 @@ def test_export_folder_that_cannot_be_made(files, tmp_path, capsys, monkeypatch,
 
     monkeypatch.setattr(Path, "mkdir", refuse)
     err = _error(["export", "modisco", str(files / "hyp.h5"), "-o", str(tmp_path / "m")], capsys)
-    assert "--outdir" in err
+    assert re.search(r"--out\b", err)
 
 
 def test_export_bigwig_into_a_read_only_folder(files, tmp_path, capsys, monkeypatch):
@@ -219,14 +220,14 @@ def test_export_bigwig_into_a_read_only_folder(files, tmp_path, capsys, monkeypa
     monkeypatch.setattr(export, "open", read_only, raising=False)
     argv = ["export", "bigwig", str(files / "hyp.h5"), "-o", str(tmp_path)]
     err = _error([*argv, "--chrom-sizes", str(files / "sizes")], capsys)
-    assert "--outdir" in err and "read-only" in err.lower()
+    assert re.search(r"--out\b", err) and "read-only" in err.lower()
     assert list(tmp_path.iterdir()) == []
 
 
 def test_export_into_a_file_name(files, tmp_path, capsys):
     (tmp_path / "m").write_text("a file")
     err = _error(["export", "modisco", str(files / "hyp.h5"), "-o", str(tmp_path / "m")], capsys)
-    assert "--outdir" in err and "file" in err
+    assert re.search(r"--out\b", err) and "file" in err
 
 
 # --------------------------------------------------------------------------- input errors

@@ -253,7 +253,7 @@ def test_eig_defaults_stated_in_the_docs_are_the_functions_defaults() -> None:
     parameters = inspect.signature(sa.expected_integrated_gradients).parameters
     n_baselines = parameters["n_baselines"].default
     n_steps = parameters["n_steps"].default
-    points = len(sa.attribution.paths.quadrature(parameters["method"].default, n_steps)[0])
+    points = len(sa.attribution.paths.quadrature(parameters["quadrature"].default, n_steps)[0])
     pair = re.compile(r"(\d+)\s+(?:[\w-]+\s+){0,3}?(?:×|x|and)\s+(\d+)\b")
     rows = re.compile(r"(\d+)(?= rows| for the defaults)")
     stated = []

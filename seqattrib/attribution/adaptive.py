@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SeqAttribWarning
+from .._errors import SeqAttribWarning, user_stacklevel
 from ..engine import ArraySink, SequenceSource
 from ..engine.source import as_source
 from .gradient_kernel import check_finite
@@ -110,7 +110,7 @@ def run_to_tolerance(
             f"relative standard error {worst:.3g}); their attributions use max_baselines "
             "baselines. Raise max_baselines or the tolerance.",
             SeqAttribWarning,
-            stacklevel=7,  # the caller of expected_integrated_gradients
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -17,7 +17,7 @@ from .._errors import parameter_error
 from ..engine import SequenceSource, as_source
 from .baselines import DefaultCount, baseline_count, describe_baselines, resolve_baselines
 from .deeplift_kernel import DeepLiftKernel
-from .job import JobContext, drop_target_axis, run_job
+from .job import JobContext, run_job
 from .options import RunOptions, shared_docs
 
 #: References per sequence unless an array of references gives its own count.
@@ -174,10 +174,9 @@ def deep_lift_shap(
         return_delta=return_delta,
         random_state=random_state,
     )
-    result, squeeze = run_job(deeplift, model, deeplift.source, options)
+    result, _ = run_job(deeplift, model, deeplift.source, options)
     if isinstance(result, str):
         return result
-    result = drop_target_axis(result, squeeze)
     if not return_delta:
         return result["attributions"]
     return result["attributions"], result["delta"]

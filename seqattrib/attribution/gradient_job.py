@@ -32,7 +32,7 @@ def eig_preset(preset: Any, given: tuple[int, int, str], func: str) -> tuple[int
         raise parameter_error(
             func,
             "preset",
-            "None when n_baselines, n_steps or method are given",
+            "None when n_baselines, n_steps or quadrature are given",
             preset,
             "A preset sets all three; drop it or them.",
         )
@@ -49,7 +49,7 @@ class GradientMethod:
     func: str
     source: SequenceSource
     n_steps: int | None
-    rule: str
+    quadrature: str
     baselines: Any
     n_baselines: int
     per_sequence_array: bool
@@ -77,7 +77,7 @@ class GradientMethod:
             )
         if self.n_steps is not None:
             check_positive_int(self.n_steps, "n_steps", func)
-            quadrature(self.rule, self.n_steps)  # validates the rule before any work
+            quadrature(self.quadrature, self.n_steps)  # validates the rule before any work
 
     def _check_sampling(self) -> None:
         """Standard errors need a spread of baselines; a tolerance needs random ones."""
@@ -124,7 +124,7 @@ class GradientMethod:
         """Points, gradient weights and (for return_delta) output weights of one path."""
         if self.n_steps is None:
             return np.ones(1), np.ones(1), None
-        alphas, weights = quadrature(self.rule, self.n_steps)
+        alphas, weights = quadrature(self.quadrature, self.n_steps)
         if not self.return_delta:
             return alphas, weights, None
         # f(x) - f(b) from the path's endpoints: add a zero-weight point where a rule lacks one.
@@ -140,7 +140,7 @@ class GradientMethod:
         path = self.n_steps is not None
         return {
             "n_steps": self.n_steps,
-            "quadrature": self.rule if path else None,
+            "quadrature": self.quadrature if path else None,
             "n_baselines": self.n_baselines if path else None,
             "baselines": (
                 describe_baselines(self.baselines, self.source, self.n_baselines) if path else None

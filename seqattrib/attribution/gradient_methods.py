@@ -9,18 +9,18 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._errors import deprecated_alias
 from ..engine import as_source
 from .baselines import DefaultCount, baseline_count
 from .gradient_job import EIG_DEFAULTS, GradientMethod, eig_preset
-from .job import drop_target_axis, run_job
+from .job import run_job
 from .options import RunOptions, shared_docs
 
 
 def _attribute(method: GradientMethod, model: Any, options: RunOptions) -> Any:
-    result, squeeze = run_job(method, model, method.source, options)
+    result, _ = run_job(method, model, method.source, options)
     if isinstance(result, str):
         return result
-    result = drop_target_axis(result, squeeze)
     names = ["attributions"] + ["delta"] * method.return_delta + ["stderr"] * method.return_stderr
     returned = [result[name] for name in names]
     if method.tolerance is not None:
@@ -88,7 +88,7 @@ def saliency(
         func=func,
         source=as_source(X, alphabet_axis, func),
         n_steps=None,
-        rule="",
+        quadrature="",
         baselines="zeros",
         n_baselines=1,
         per_sequence_array=False,
@@ -100,6 +100,7 @@ def saliency(
     return _attribute(method, model, options)
 
 
+@deprecated_alias(method="quadrature")
 @shared_docs
 def integrated_gradients(
     model: Any,
@@ -109,7 +110,7 @@ def integrated_gradients(
     output_fn: Callable[[Any], Any] | None = None,
     baselines: str | np.ndarray | Callable[..., np.ndarray] = "zeros",
     n_steps: int = 25,
-    method: str = "riemann_trapezoid",
+    quadrature: str = "riemann_trapezoid",
     multiply_by_inputs: bool = True,
     alphabet_axis: int | None = None,
     correct_gradient: bool = False,
@@ -134,7 +135,7 @@ def integrated_gradients(
     averages over many.
 
     IG = (x - b) * sum_k w_k grad f(b + a_k (x - b)), with the points a_k and weights w_k of
-    ``method``. Rows (sequence, step) of many sequences share each device batch.
+    the rule ``quadrature``. Rows (sequence, step) of many sequences share each device batch.
 
     Parameters
     ----------
@@ -148,9 +149,9 @@ def integrated_gradients(
         ``fn(x, n_baselines, rng) -> (n_baselines, *x.shape)`` called per sequence.
     n_steps : int
         Intervals of the path integral.
-    method : str
-        ``"riemann_trapezoid"`` (n_steps + 1 points), ``"riemann_left"``, ``"riemann_right"``,
-        ``"riemann_middle"``, ``"gausslegendre"``.
+    quadrature : str
+        The rule of the path integral: ``"riemann_trapezoid"`` (n_steps + 1 points),
+        ``"riemann_left"``, ``"riemann_right"``, ``"riemann_middle"``, ``"gausslegendre"``.
     multiply_by_inputs : bool
         False returns the path-averaged gradient (hypothetical scores) without the (x - b)
         factor.
@@ -182,7 +183,7 @@ def integrated_gradients(
         func=func,
         source=as_source(X, alphabet_axis, func),
         n_steps=n_steps,
-        rule=method,
+        quadrature=quadrature,
         baselines=baselines,
         n_baselines=1,
         per_sequence_array=False,
@@ -195,6 +196,7 @@ def integrated_gradients(
     return _attribute(gradient_method, model, options)
 
 
+@deprecated_alias(method="quadrature")
 @shared_docs
 def expected_integrated_gradients(
     model: Any,
@@ -205,7 +207,7 @@ def expected_integrated_gradients(
     baselines: str | np.ndarray | Callable[..., np.ndarray] = "dinuc_shuffle",
     n_baselines: int = DefaultCount(EIG_DEFAULTS[0]),
     n_steps: int = EIG_DEFAULTS[1],
-    method: str = EIG_DEFAULTS[2],
+    quadrature: str = EIG_DEFAULTS[2],
     multiply_by_inputs: bool = True,
     alphabet_axis: int | None = None,
     correct_gradient: bool = False,
@@ -250,11 +252,12 @@ def expected_integrated_gradients(
         array of baselines carries its own count, which replaces the default.
     n_steps : int
         Points (Gauss-Legendre) or intervals (trapezoid) of each path integral.
-    method : str
-        Integration rule, as for ``integrated_gradients``. The default, 64 baselines x 3
-        Gauss-Legendre points (192 rows per sequence), is closer to the expectation than 25
-        baselines x 25 trapezoid steps (650 rows) on the models measured: the random
-        baselines' sampling error dominates, so rows buy more as baselines than as steps.
+    quadrature : str
+        The rule of each path integral, as for ``integrated_gradients``. The default, 64
+        baselines x 3 Gauss-Legendre points (192 rows per sequence), is closer to the
+        expectation than 25 baselines x 25 trapezoid steps (650 rows) on the models measured:
+        the random baselines' sampling error dominates, so rows buy more as baselines than as
+        steps.
     multiply_by_inputs : bool
         False returns the gradient averaged over paths and baselines (hypothetical scores).
     [[alphabet_axis]]
@@ -284,7 +287,7 @@ def expected_integrated_gradients(
     preset : {None, "crested"}
         ``"crested"``: CREsted's settings, 25 baselines x 25 trapezoid steps (the defaults of
         earlier versions of this package), in place of ``n_baselines``, ``n_steps`` and
-        ``method``.
+        ``quadrature``.
 
     Returns
     -------
@@ -293,7 +296,7 @@ def expected_integrated_gradients(
         The baselines each sequence used (also stored in ``out`` files).
     """
     func = "expected_integrated_gradients"
-    count, n_steps, method = eig_preset(preset, (n_baselines, n_steps, method), func)
+    count, n_steps, quadrature = eig_preset(preset, (n_baselines, n_steps, quadrature), func)
     if isinstance(n_baselines, DefaultCount):  # the preset's count is a default too
         count = DefaultCount(count)
     n_baselines = baseline_count(baselines, count, func)
@@ -302,7 +305,7 @@ def expected_integrated_gradients(
         func=func,
         source=as_source(X, alphabet_axis, func),
         n_steps=n_steps,
-        rule=method,
+        quadrature=quadrature,
         baselines=baselines,
         n_baselines=n_baselines,
         per_sequence_array=True,

@@ -22,7 +22,13 @@ from .._validation import resolve_seed, resolve_targets
 from ..backends import Backend, OutOfDeviceMemory, get_backend
 from ..engine import ArraySink, Kernel, SequenceSource, run_rows
 from ..engine.blocks import host_block
-from ..engine.outputs import Head, OutputShapeError, model_session, vectorise_targets
+from ..engine.outputs import (
+    Head,
+    OutputShapeError,
+    TargetAxis,
+    model_session,
+    vectorise_targets,
+)
 from ..io.fingerprint import function_identity, model_fingerprint
 from ..shards import Shard, shard_rows
 from .extras import ExtraInputs
@@ -209,8 +215,9 @@ def run_job(
 ) -> tuple[dict[str, np.ndarray] | str, bool]:
     """Run ``method`` over ``source`` with ``options``.
 
-    Returns the results by name (with the target axis) or the ``out`` file's path, and whether
-    the target axis is to be dropped (an int target).
+    Returns the results by name or the ``out`` file's path, and whether the target axis is
+    dropped (an int target). Results and files of tracks come without it already; a method
+    with its own sink (``open_sink``) is told, and lays out its results itself.
     """
     func = method.func
     shard = None
@@ -231,6 +238,7 @@ def run_job(
         if len(members) > 1:
             head = Head(func=func)  # the ensemble's output is already (batch, K)
         targets, squeeze = resolve_targets(options.target, n_outputs, func)
+        axis = TargetAxis(squeeze)
         seed = resolve_seed(method.random_state, func)
         row_shapes = method.row_shapes(len(targets))
         result_bytes = 4 * sum(int(np.prod(shape)) for shape in row_shapes.values())
@@ -248,22 +256,13 @@ def run_job(
             sink = own_sink(options, targets, squeeze, shard, described)
             done = sink.n_completed
         elif options.out is None:
-            sink = ArraySink(source.n_sequences, row_shapes)
+            sink = _TargetRows(ArraySink(source.n_sequences, axis.rows(row_shapes)), axis)
             done = 0
         else:
-            sink, seed = _track_writer(
-                method,
-                be,
-                members,
-                source,
-                options,
-                targets,
-                squeeze,
-                seed,
-                block,
-                shard,
-                identity,
+            writer, seed = _track_writer(
+                method, be, members, source, options, targets, axis, seed, block, shard, identity
             )
+            sink = _TargetRows(writer, axis)
             done = sink.n_completed
         try:
             if done < source.n_sequences:
@@ -327,7 +326,7 @@ def _track_writer(
     source: SequenceSource,
     options: RunOptions,
     targets: list[int],
-    squeeze: bool,
+    axis: TargetAxis,
     seed: int,
     block: int,
     shard: Shard | None,
@@ -335,6 +334,7 @@ def _track_writer(
 ) -> tuple[Any, int]:
     """Open (or resume) the ``out`` tracks file: the writer and the seed the run must use."""
     from ..io.tracks import open_track_writer
+    from ..io.tracks_resume import FileIdentity
 
     stored_random_state = _stored_random_state(method.random_state)
     settings = dict(
@@ -354,20 +354,24 @@ def _track_writer(
         if regions is not None:
             regions = _regions_rows(regions, shard.start, shard.stop)
     assert options.out is not None
-    return open_track_writer(
-        options.out,
-        func=method.func,
-        source=source,
-        shapes=method.row_shapes(len(targets)),
-        squeeze=squeeze,
+    file_identity = FileIdentity.of(
         settings=settings,
-        seed=seed,
-        adopt_seed=stored_random_state is None,
-        description=_description(be, members),
         model_fingerprint=model_fingerprint(members if len(members) > 1 else members[0], be.state),
         output_fn=function_identity(options.output_fn),
         provenance=identity.provenance,
         regions=regions,
+        streams=axis.rows(method.row_shapes(len(targets))),
+        source=source,
+        func=method.func,
+    )
+    return open_track_writer(
+        options.out,
+        func=method.func,
+        source=source,
+        identity=file_identity,
+        seed=seed,
+        adopt_seed=stored_random_state is None,
+        description=_description(be, members),
         overwrite=options.overwrite,
         block_sequences=block,
     )
@@ -378,9 +382,24 @@ def _description(be: Backend, members: list[Any]) -> dict[str, str]:
     return {"backend": be.name, "model": " + ".join(be.describe(m) for m in members)}
 
 
-def drop_target_axis(result: dict[str, np.ndarray], squeeze: bool) -> dict[str, np.ndarray]:
-    """The results without their target axis (axis 1) for an int target."""
-    return {name: values[:, 0] for name, values in result.items()} if squeeze else result
+class _TargetRows:
+    """A tracks sink (in memory or a file) given rows as ``axis`` lays them out."""
+
+    def __init__(self, sink: Any, axis: TargetAxis) -> None:
+        self.sink, self.axis = sink, axis
+
+    @property
+    def n_completed(self) -> int:
+        return int(self.sink.n_completed)
+
+    def write(self, start: int, block: dict[str, np.ndarray]) -> None:
+        self.sink.write(start, self.axis.block(block))
+
+    def result(self) -> Any:
+        return self.sink.result()
+
+    def close(self) -> None:
+        self.sink.close()
 
 
 @dataclass(frozen=True)

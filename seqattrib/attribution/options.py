@@ -131,8 +131,9 @@ target : int, sequence of int or None
 output_fn : callable, optional
     Framework-native function from the raw model output to a (batch, K) tensor.""",
     "alphabet_axis": """\
-alphabet_axis : {None, 1, -1}
-    The axis of X holding A, C, G, T; inferred when unambiguous.""",
+alphabet_axis : {None, -1, -2} or the same axis as a positive index
+    The axis of the bases in X, one of its last two: -1 for (n_sequences, length, 4), -2 for
+    (n_sequences, 4, length); inferred when exactly one of them has size 4.""",
     "correct_gradient": """\
 correct_gradient : bool
     Subtract the mean over the 4 bases from every gradient (Majdandzic et al. 2023).""",

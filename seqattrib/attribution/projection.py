@@ -21,8 +21,9 @@ def project(attributions: Any, X: Any, *, alphabet_axis: int | None = None) -> n
     attributions : array of shape (n_sequences, [K,] length, 4) or (n_sequences, [K,] 4, length)
         In the layout of X.
     X : array of shape (n_sequences, length, 4) or (n_sequences, 4, length)
-    alphabet_axis : {None, 1, -1}
-        Axis of X holding the bases; inferred when unambiguous.
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in X, one of its last two: -1 for (n_sequences, length, 4), -2
+        for (n_sequences, 4, length); inferred when exactly one of them has size 4.
 
     Returns
     -------

@@ -24,8 +24,6 @@ _ERRORS = (ValueError, TypeError, OSError, ImportError, KeyError, InterruptedErr
 #: The options that name files, and how a message names them.
 _PATH_FLAGS = {
     "out": "--out",
-    "outdir": "--outdir",
-    "output": "--output",
     "fasta": "--fasta",
     "genome": "--genome",
     "regions": "--regions",

@@ -108,43 +108,40 @@ def _extra_inputs(paths: list[str] | None) -> tuple[Any, ...] | None:
 
 # --------------------------------------------------------------------------- commands
 def explain(args: argparse.Namespace) -> str:
-    from ..attribution import explain as explain_by_name
+    from ..attribution.methods import METHODS
+    from ..attribution.methods import explain as explain_by_name
 
     model, framework, X, regions = model_and_sequences(args)
     kwargs = common_run(args, framework, regions)
-    if args.method in ("ig", "eig"):
-        kwargs.update(
-            random_state=args.random_state,
-            baselines=args.baselines or ("dinuc_shuffle" if args.method == "eig" else "zeros"),
-        )
-        given = {"n_steps": args.n_steps, "quadrature": args.integration}
-        kwargs.update({key: value for key, value in given.items() if value is not None})
-    if args.method == "eig":
-        kwargs.update(
-            return_stderr=args.stderr,
-            tolerance=args.tolerance,
-            max_baselines=args.max_baselines,
-            preset=args.preset,
-        )
-        if args.n_baselines is not None:
-            kwargs["n_baselines"] = args.n_baselines
-    if args.method == "deeplift_shap":
-        if args.correct_gradient:
-            raise parameter_error(
-                "seqattrib explain",
-                "--correct-gradient",
-                "used with --method saliency, ig or eig",
-                "--method deeplift_shap",
-            )
-        kwargs.update(random_state=args.random_state, baselines=args.baselines or "dinuc_shuffle")
-        if args.n_baselines is not None:
-            kwargs["n_baselines"] = args.n_baselines
-    else:
-        kwargs["correct_gradient"] = args.correct_gradient
-    kwargs["multiply_by_inputs"] = not args.hypothetical if args.method != "saliency" else False
+    kwargs.update(method_keywords(args, METHODS[args.method], "seqattrib explain"))
     path = explain_by_name(model, X, method=args.method, **kwargs)
     print(path)
     return str(path)
+
+
+def method_keywords(args: argparse.Namespace, method: Any, command: str | None) -> dict[str, Any]:
+    """The keywords of ``method`` that its flags in ``args`` set (from the registry: a flag
+    reaches the methods whose signature has its keyword).
+
+    A flag given to a method without its keyword is refused, naming the methods that take it
+    (``command`` names the command in the error); with ``command=None`` it is left out.
+    """
+    from .subcommands import either, explained_methods, method_flags, takes
+
+    kwargs: dict[str, Any] = {}
+    for flag in method_flags():
+        if not hasattr(args, flag.dest):
+            continue
+        given = getattr(args, flag.dest)
+        if takes(method, flag.keyword):
+            if given is not None:
+                kwargs[flag.keyword] = flag.value(given)
+        elif command is not None and given != flag.parser_default:
+            users = [m.name for m in explained_methods() if takes(m, flag.keyword)]
+            raise parameter_error(
+                command, flag.flag, f"used with --method {either(users)}", f"--method {method.name}"
+            )
+    return kwargs
 
 
 def ism(args: argparse.Namespace) -> str:
@@ -205,24 +202,17 @@ def variants(args: argparse.Namespace) -> str:
     return str(path)
 
 
-#: The flags of ``seqattrib variants`` each ``--attributions`` method takes, as its keywords
-#: (as ``explain`` passes them): the others are left out, not passed to a method without them.
-_ATTRIBUTION_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "ig": ("n_steps", "random_state"),
-    "eig": ("n_steps", "n_baselines", "random_state"),
-    "deeplift_shap": ("n_baselines", "random_state"),
-}
-
-
 def _attribution_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``attribution_options`` of ``seqattrib variants``: the keywords of its method.
 
     ``--random-state`` goes to every method that draws random baselines; ``--n-steps`` and
     ``--n-baselines`` (when given) only to the methods that take them.
     """
-    keywords = _ATTRIBUTION_KEYWORDS.get(args.attributions, ())
-    given = {key: getattr(args, key) for key in keywords}
-    return {key: value for key, value in given.items() if value is not None}
+    from ..attribution.methods import METHODS
+
+    if args.attributions is None:
+        return {}
+    return method_keywords(args, METHODS[args.attributions], None)
 
 
 def export(args: argparse.Namespace) -> list[Path]:
@@ -230,9 +220,7 @@ def export(args: argparse.Namespace) -> list[Path]:
 
     names = args.class_names.split(",") if args.class_names else None
     if args.format == "modisco":
-        paths = export_modisco(
-            args.tracks, args.outdir, class_names=names, overwrite=args.overwrite
-        )
+        paths = export_modisco(args.tracks, args.out, class_names=names, overwrite=args.overwrite)
     else:
         if not args.chrom_sizes:
             raise parameter_error(
@@ -243,7 +231,7 @@ def export(args: argparse.Namespace) -> list[Path]:
                 "Pass --chrom-sizes hg38.chrom.sizes (chromosome names and lengths).",
             )
         paths = export_bigwig(
-            args.tracks, args.outdir, args.chrom_sizes, class_names=names, overwrite=args.overwrite
+            args.tracks, args.out, args.chrom_sizes, class_names=names, overwrite=args.overwrite
         )
     for p in paths:
         print(p)
@@ -285,29 +273,29 @@ def plot(args: argparse.Namespace) -> Path:
             end=end,
             alphabet_axis=axis,
             title=title,
-            path=path,
+            out=path,
             coordinates=coordinates,
         )
-    print(args.output)
-    return Path(args.output)
+    print(args.out)
+    return Path(args.out)
 
 
 def _check_image(args: argparse.Namespace) -> None:
     """Refuse an image name without a known format, or an existing one without --overwrite."""
-    if Path(args.output).suffix.lower() not in IMAGE_SUFFIXES:
+    if Path(args.out).suffix.lower() not in IMAGE_SUFFIXES:
         raise parameter_error(
             "seqattrib plot",
-            "--output",
+            "--out",
             "an image file name ending in " + ", ".join(IMAGE_SUFFIXES),
-            args.output,
-            f"Add the format, e.g. -o {Path(args.output).stem or 'logo'}.png.",
+            args.out,
+            f"Add the format, e.g. -o {Path(args.out).stem or 'logo'}.png.",
         )
-    if os.path.lexists(args.output) and not args.overwrite:
+    if os.path.lexists(args.out) and not args.overwrite:
         raise parameter_error(
             "seqattrib plot",
-            "--output",
+            "--out",
             "a file that does not exist yet",
-            args.output,
+            args.out,
             "Pass --overwrite to replace it, or choose another name.",
             error=FileExistsError,
         )
@@ -315,9 +303,9 @@ def _check_image(args: argparse.Namespace) -> None:
 
 @contextmanager
 def _saved_image(args: argparse.Namespace) -> Iterator[Path]:
-    """A temporary name beside --output to save the image to, renamed to --output once
+    """A temporary name beside --out to save the image to, renamed to --out once
     saved: the image appears complete, or not at all."""
-    out = Path(args.output)
+    out = Path(args.out)
     temp = out.with_name(f".{out.stem}.{os.getpid()}.partial{out.suffix}")
     try:
         yield temp
@@ -366,11 +354,11 @@ def _plot_variant(args: argparse.Namespace, row: int, start: int | None, end: in
             kind="ism" if method == "ism" else "logo",
             alphabet_axis=axis,
             title=f"{name}, {method} (row {row})",
-            path=path,
+            out=path,
             coordinates=(chrom, first),
         )
-    print(args.output)
-    return Path(args.output)
+    print(args.out)
+    return Path(args.out)
 
 
 def _plot_window(args: argparse.Namespace) -> tuple[int, int | None, int | None]:
@@ -419,7 +407,7 @@ def merge(args: argparse.Namespace) -> Path:
 
     tables = args.shards[0].lower().endswith((".tsv", ".txt", ".parquet"))
     join = merge_effects if tables else merge_tracks
-    path = join(args.shards, args.output, overwrite=args.overwrite)
+    path = join(args.shards, args.out, overwrite=args.overwrite)
     print(path)
     return path
 
@@ -475,7 +463,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     from ..demo import TASKS, run_demo
 
     result = run_demo(
-        args.outdir,
+        args.out,
         n_sequences=args.n_sequences,
         framework=args.framework,
         data=args.data,
@@ -511,7 +499,7 @@ def interrupted(args: argparse.Namespace) -> str:
             "(--overwrite starts again)."
         )
     if args.command == "demo":
-        tracks = Path(args.outdir) / "tracks.h5"
+        tracks = Path(args.out) / "tracks.h5"
         return f"{tracks} keeps the rows written so far; rerun the same command to resume it."
     if args.command == "launch":
         return "the workers' shard files keep their rows; rerun the same command to resume them."

@@ -9,6 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from .._errors import warn_renamed
+from .messages import one_line_warnings
+
 DESCRIPTION = "Explain DNA sequence models: attribution tracks, exports and plots."
 EPILOG = """examples:
   seqattrib explain --model demo --fasta seqs.fa --out tracks.h5
@@ -17,10 +20,10 @@ EPILOG = """examples:
   seqattrib ism --model demo --fasta seqs.fa --out ism.h5
   seqattrib variants --model model.pt2 --genome hg38.fa --vcf calls.vcf.gz \\
       --length 2114 --out effects.tsv
-  seqattrib export modisco tracks.h5 -o modisco/
-  seqattrib export bigwig tracks.h5 -o tracks/ --chrom-sizes hg38.chrom.sizes
-  seqattrib plot tracks.h5 --row 0 -o logo.png
-  seqattrib demo -o demo/"""
+  seqattrib export modisco tracks.h5 --out modisco/
+  seqattrib export bigwig tracks.h5 --out tracks/ --chrom-sizes hg38.chrom.sizes
+  seqattrib plot tracks.h5 --row 0 --out logo.png
+  seqattrib demo --out demo/"""
 
 
 class Parser(argparse.ArgumentParser):
@@ -36,6 +39,37 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {' '.join(message.split())}\n")
         sys.exit(2)
+
+
+class RenamedFlag(argparse.Action):
+    """A flag that still answers to its old names: its first long name is the one to use, the
+    others are old spellings that warn once (one line on stderr naming the new one)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        long = [o for o in option_strings if o.startswith("--")]
+        self.name, self.old = long[0], tuple(long[1:])
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen = f"_{self.dest}_given_as"
+        before = getattr(namespace, seen, None)
+        old = sorted(o for o in (before, option_string) if o in self.old)
+        if before is not None and before != option_string and old:
+            parser.error(
+                f"{self.name} given twice, as {before} and {option_string} "
+                f"({' and '.join(old)}: its old name); pass {self.name} once"
+            )
+        setattr(namespace, seen, option_string)
+        if option_string in self.old:
+            with one_line_warnings(parser.prog):
+                warn_renamed(parser.prog, option_string, self.name)
+        setattr(namespace, self.dest, values)
 
 
 def _typed(name: str, expected: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -149,6 +183,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
         "--device", help="cpu, cuda, cuda:1 or /GPU:0 (default: where the model is loaded)"
     )
     p.add_argument(
+        "-o",
         "--out",
         required=True,
         help="the HDF5 tracks file to write; a rerun with the same settings resumes it",

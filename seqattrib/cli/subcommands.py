@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .parser import (
@@ -14,12 +15,165 @@ from .parser import (
     TARGETS,
     WINDOW,
     Parser,
+    RenamedFlag,
     add_model_and_sequences,
     add_run,
 )
 
 SCORES = ("delta", "log_ratio")
-RULES = ["riemann_trapezoid", "riemann_left", "riemann_right", "riemann_middle", "gausslegendre"]
+BASELINES = ["zeros", "uniform", "shuffle", "dinuc_shuffle", "random"]
+
+
+@dataclass(frozen=True)
+class MethodFlag:
+    """A flag that sets one keyword of the attribution methods that take it (which ones, and
+    their defaults, come from the method registry)."""
+
+    flag: str
+    keyword: str
+    help: str
+    options: dict[str, Any] = field(default_factory=dict)
+    #: A store_true flag that turns the keyword off (--hypothetical: multiply_by_inputs=False).
+    invert: bool = False
+    #: Old spellings of the flag, still accepted with a warning.
+    old: tuple[str, ...] = ()
+    #: What the help says of the default, where the methods' own defaults say nothing.
+    default: str | None = None
+    #: The value's name in the help.
+    metavar: str = "VALUE"
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def parser_default(self) -> Any:
+        return self.options.get("default", False if self.is_switch else None)
+
+    @property
+    def is_switch(self) -> bool:
+        return self.options.get("action") == "store_true"
+
+    def value(self, given: Any) -> Any:
+        """The keyword's value for the flag's parsed value."""
+        return not given if self.invert else given
+
+    def add(self, p: argparse.ArgumentParser, methods: list[Any], prefix: str = "") -> None:
+        """Add the flag to ``p``, its help naming the ``methods`` that take it (after
+        ``prefix``); a flag no method takes is left out."""
+        users = [m for m in methods if takes(m, self.keyword)]
+        if not users:
+            return
+        text = f"{prefix}{', '.join(m.name for m in users)}: {self.help}"
+        options = {k: v for k, v in self.options.items() if k != "action"}
+        if self.old and "choices" in options:  # the choices once in the help, not per name
+            options["metavar"] = self.metavar
+            text += f": {', '.join(options['choices'])}"
+        if "default" in self.options:
+            text += " (default: %(default)s)"
+        elif self.default is not None:
+            text += f" (default: {self.default})"
+        elif not self.is_switch:
+            text += f" (default: {_defaults(users, self.keyword)})"
+        action = RenamedFlag if self.old else self.options.get("action", "store")
+        p.add_argument(self.flag, *self.old, action=action, help=text, **options)
+
+
+def takes(method: Any, keyword: str) -> bool:
+    """Whether a flag reaches ``method``'s ``keyword``: the method has it and the command
+    line does not fix it."""
+    return keyword in method.options and keyword not in method.keep_default
+
+
+def _defaults(methods: list[Any], keyword: str) -> str:
+    """``25 for ig, 3 for eig``: each method's default of ``keyword``, equal ones together."""
+    groups: dict[str, list[str]] = {}
+    for m in methods:
+        groups.setdefault(str(m.options[keyword]), []).append(m.name)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return ", ".join(f"{value} for {' and '.join(names)}" for value, names in groups.items())
+
+
+def method_flags() -> tuple[MethodFlag, ...]:
+    """The flags of ``seqattrib explain`` (and ``variants --attributions``) that reach the
+    methods' own keywords."""
+    from ..attribution.paths import QUADRATURES
+
+    return (
+        MethodFlag(
+            "--n-steps",
+            "n_steps",
+            "points (gausslegendre) or intervals of each path",
+            {"type": POSITIVE},
+        ),
+        MethodFlag("--n-baselines", "n_baselines", "baselines per sequence", {"type": POSITIVE}),
+        MethodFlag("--baselines", "baselines", "references", {"choices": BASELINES}),
+        MethodFlag(
+            "--quadrature",
+            "quadrature",
+            "the quadrature rule of each path integral",
+            {"choices": list(QUADRATURES)},
+            old=("--integration",),
+            metavar="RULE",
+        ),
+        MethodFlag(
+            "--preset",
+            "preset",
+            "CREsted's 25 baselines x 25 trapezoid steps instead of the defaults",
+            {"choices": ["crested"]},
+            default="none",
+        ),
+        MethodFlag(
+            "--hypothetical",
+            "multiply_by_inputs",
+            "store hypothetical scores (what TF-MoDISco takes) instead of contributions",
+            {"action": "store_true"},
+            invert=True,
+        ),
+        MethodFlag(
+            "--correct-gradient",
+            "correct_gradient",
+            "subtract the mean over the four bases from every gradient",
+            {"action": "store_true"},
+        ),
+        MethodFlag(
+            "--random-state",
+            "random_state",
+            "seed of random baselines",
+            {"type": int, "default": 0},
+        ),
+        MethodFlag(
+            "--stderr",
+            "return_stderr",
+            "also store the standard error of each attribution (dataset 'stderr')",
+            {"action": "store_true"},
+        ),
+        MethodFlag(
+            "--tolerance",
+            "tolerance",
+            "add baselines per sequence until its relative standard error is at most this",
+            {"type": POSITIVE_FLOAT},
+            default="a fixed number of baselines",
+        ),
+        MethodFlag(
+            "--max-baselines",
+            "max_baselines",
+            "with --tolerance, the most baselines per sequence",
+            {"type": POSITIVE, "default": 400},
+        ),
+    )
+
+
+#: The flags of ``seqattrib variants`` that reach its ``--attributions`` method.
+VARIANT_METHOD_FLAGS = ("--n-baselines", "--n-steps", "--random-state")
+
+
+def explained_methods() -> list[Any]:
+    """The registry's methods that ``seqattrib explain --method`` runs."""
+    from ..attribution.methods import METHODS
+
+    return [m for m in METHODS.values() if m.command == "explain"]
 
 
 def _sub(sub: Any, name: str, help: str) -> Parser:
@@ -28,77 +182,26 @@ def _sub(sub: Any, name: str, help: str) -> Parser:
 
 
 def explain(sub: Any) -> Parser:
-    p = _sub(
-        sub, "explain", "saliency, IG, EIG or DeepLIFT/SHAP attribution tracks into an HDF5 file"
-    )
+    methods = explained_methods()
+    names = [m.name for m in methods]
+    p = _sub(sub, "explain", f"{either(names)} attribution tracks into an HDF5 file")
     add_model_and_sequences(p)
     p.add_argument(
         "--method",
-        choices=["saliency", "ig", "eig", "deeplift_shap"],
+        choices=[m.name for m in methods],
         default="eig",
-        help="attribution method (default: %(default)s)",
+        help="attribution method (default: %(default)s): "
+        + "; ".join(f"{m.name}, {m.summary}" for m in methods),
     )
-    p.add_argument(
-        "--n-steps",
-        type=POSITIVE,
-        help="points (gausslegendre) or intervals of each path (default: 25 for ig, 3 for eig)",
-    )
-    p.add_argument(
-        "--n-baselines",
-        type=POSITIVE,
-        help="eig, deeplift_shap: baselines per sequence (default: 64 for eig, 20 for "
-        "deeplift_shap)",
-    )
-    p.add_argument(
-        "--baselines",
-        choices=["zeros", "uniform", "shuffle", "dinuc_shuffle", "random"],
-        help="references (default: zeros for ig, dinuc_shuffle for eig and deeplift_shap)",
-    )
-    p.add_argument(
-        "--integration",
-        choices=RULES,
-        help="quadrature rule (default: riemann_trapezoid for ig, gausslegendre for eig)",
-    )
-    p.add_argument(
-        "--preset",
-        choices=["crested"],
-        help="eig: CREsted's 25 baselines x 25 trapezoid steps instead of the defaults",
-    )
-    p.add_argument(
-        "--hypothetical",
-        action="store_true",
-        help="store hypothetical scores (what TF-MoDISco takes) instead of contributions",
-    )
-    p.add_argument(
-        "--correct-gradient",
-        action="store_true",
-        help="saliency, ig, eig: subtract the mean over the four bases from every gradient",
-    )
-    p.add_argument(
-        "--random-state",
-        type=int,
-        default=0,
-        help="seed of random baselines (default: %(default)s)",
-    )
-    p.add_argument(
-        "--stderr",
-        action="store_true",
-        help="eig: also store the standard error of each attribution (dataset 'stderr')",
-    )
-    p.add_argument(
-        "--tolerance",
-        type=POSITIVE_FLOAT,
-        help="eig: add baselines per sequence until its relative standard error is at most "
-        "this (default: a fixed number of baselines)",
-    )
-    p.add_argument(
-        "--max-baselines",
-        type=POSITIVE,
-        default=400,
-        help="eig with --tolerance: the most baselines per sequence (default: %(default)s)",
-    )
+    for flag in method_flags():
+        flag.add(p, methods)
     add_run(p)
     return p
+
+
+def either(names: list[str]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
 
 
 def ism(sub: Any) -> Parser:
@@ -183,24 +286,9 @@ def variants(sub: Any) -> Parser:
         help="also write attribution tracks of the reference and alternative windows with "
         "this method into OUT_STEM.ref.h5 and OUT_STEM.alt.h5 (default: none)",
     )
-    p.add_argument(
-        "--n-baselines",
-        type=POSITIVE,
-        help="--attributions eig, deeplift_shap: baselines per window (default: 64 for eig, "
-        "20 for deeplift_shap)",
-    )
-    p.add_argument(
-        "--n-steps",
-        type=POSITIVE,
-        help="--attributions ig/eig: points of each path (default: the method's)",
-    )
-    p.add_argument(
-        "--random-state",
-        type=int,
-        default=0,
-        help="--attributions ig, eig, deeplift_shap: seed of the random baselines "
-        "(default: %(default)s)",
-    )
+    for flag in method_flags():
+        if flag.flag in VARIANT_METHOD_FLAGS:
+            flag.add(p, list(METHODS.values()), prefix="--attributions ")
     p.add_argument(
         "--layout",
         choices=["NLC", "NCL"],
@@ -222,6 +310,7 @@ def variants(sub: Any) -> Parser:
         "--device", help="cpu, cuda, cuda:1 or /GPU:0 (default: where the model is loaded)"
     )
     p.add_argument(
+        "-o",
         "--out",
         required=True,
         help="the table to write: TSV, or Parquet for a .parquet name; a rerun with the same "
@@ -242,7 +331,14 @@ def export(sub: Any) -> Parser:
     p = _sub(sub, "export", "TF-MoDISco inputs or bigWig tracks from a tracks file")
     p.add_argument("format", choices=["modisco", "bigwig"], help="what to write")
     p.add_argument("tracks", help="a tracks file written by explain or ism")
-    p.add_argument("-o", "--outdir", required=True, help="output folder (made if missing)")
+    p.add_argument(
+        "-o",
+        "--out",
+        "--outdir",
+        action=RenamedFlag,
+        required=True,
+        help="output folder (made if missing)",
+    )
     p.add_argument("--chrom-sizes", help="bigwig: the genome's chrom sizes file")
     p.add_argument(
         "--class-names",
@@ -276,7 +372,12 @@ def plot(sub: Any) -> Parser:
     p.add_argument("--start", type=int, help="first position drawn, 0-based in the window")
     p.add_argument("--end", type=int, help="position after the last one drawn")
     p.add_argument(
-        "-o", "--output", required=True, help="the image, written exactly there: .png, .pdf or .svg"
+        "-o",
+        "--out",
+        "--output",
+        action=RenamedFlag,
+        required=True,
+        help="the image, written exactly there: .png, .pdf or .svg",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing image")
     return p
@@ -290,7 +391,14 @@ def merge(sub: Any) -> Parser:
         help="every shard file of the job, in any order: tracks files, or the tables of "
         "seqattrib variants (their attribution tracks are merged with them)",
     )
-    p.add_argument("-o", "--output", required=True, help="the merged tracks file or table")
+    p.add_argument(
+        "-o",
+        "--out",
+        "--output",
+        action=RenamedFlag,
+        required=True,
+        help="the merged tracks file or table",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     return p
 
@@ -317,7 +425,12 @@ def demo(sub: Any) -> Parser:
         "replaces no other file without --overwrite)",
     )
     p.add_argument(
-        "-o", "--outdir", default="seqattrib-demo", help="output folder (default: %(default)s)"
+        "-o",
+        "--out",
+        "--outdir",
+        action=RenamedFlag,
+        default="seqattrib-demo",
+        help="output folder (default: %(default)s)",
     )
     p.add_argument(
         "--n-sequences",

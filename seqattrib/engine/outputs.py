@@ -34,6 +34,25 @@ def vectorise_targets(backend: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class TargetAxis:
+    """Whether results keep their target axis (axis 1 of a block, the first of a row shape).
+
+    An int ``target`` drops it, a list or None keeps it; this decides it for the row shapes
+    that sinks and files are made with and for the rows written to them alike.
+    """
+
+    drop: bool
+
+    def rows(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """Row shapes ``{name: (K, ...)}`` as stored and returned."""
+        return {name: shape[1:] if self.drop else shape for name, shape in shapes.items()}
+
+    def block(self, block: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Rows ``{name: (n, K, ...)}`` as stored and returned."""
+        return {name: values[:, 0] for name, values in block.items()} if self.drop else block
+
+
+@dataclass(frozen=True)
 class Head:
     """The model's raw output (a tensor, tuple or dict) as a (batch, K) tensor.
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SeqAttribWarning, parameter_error
+from .._errors import SeqAttribWarning, parameter_error, user_stacklevel
+from .._validation import check_alphabet_axis
 
 #: Slack for float rounding in the one-hot checks (soft encodings pass, anything else fails).
 _ONE_HOT_ATOL = 1e-5
@@ -47,12 +48,7 @@ def infer_alphabet_axis(shape: Sequence[int], alphabet_axis: int | None, func: s
                 described=True,
             )
         return 1 if first else -1
-    if alphabet_axis in (-1, 2):
-        axis = -1
-    elif alphabet_axis == 1:
-        axis = 1
-    else:
-        raise parameter_error(func, "alphabet_axis", "None, 1 or -1", alphabet_axis)
+    axis = -1 if check_alphabet_axis(alphabet_axis, 3, func) == -1 else 1
     if shape[axis] != 4:
         raise parameter_error(
             func,
@@ -215,7 +211,7 @@ def _tensor_rows(X: Any, func: str) -> Any:
             f"{func}: X is on {device}; it is read to the host in chunks (for the one-hot checks) "
             "and copied back to the device. Pass a host array to avoid the copies.",
             SeqAttribWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
     return _TensorRows(X)
 

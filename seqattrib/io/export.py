@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SeqAttribWarning, parameter_error
+from .._errors import SeqAttribWarning, deprecated_alias, parameter_error, user_stacklevel
 from .._optional import import_optional
 from .hdf5 import failure
 from .tracks_format import decode_strings, open_tracks
@@ -89,7 +89,7 @@ def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int
 def _export_arrays(
     scores: Any,
     sequences: Any,
-    outdir: Path,
+    out: Path,
     class_names: Any,
     overwrite: bool,
     func: str,
@@ -120,16 +120,14 @@ def _export_arrays(
             described=True,
         )
     names = _class_names(list(range(values.shape[1])), class_names, func)
-    paths = [outdir / f"{name}_{kind}" for name in names for kind in ("ohe.npz", "attr.npz")]
-    _check_outdir(outdir, paths, overwrite, func)
+    paths = [out / f"{name}_{kind}" for name in names for kind in ("ohe.npz", "attr.npz")]
+    _check_outdir(out, paths, overwrite, func)
     ohe = _ncl(X, axis).astype(np.int8)
     with _all_or_none(paths, func) as staged:
         for k, name in enumerate(names):
-            _write_npz(staged[outdir / f"{name}_ohe.npz"], ohe.shape, np.int8, iter([ohe]), func)
+            _write_npz(staged[out / f"{name}_ohe.npz"], ohe.shape, np.int8, iter([ohe]), func)
             attr = _ncl(values[:, k], axis)
-            _write_npz(
-                staged[outdir / f"{name}_attr.npz"], attr.shape, np.float32, iter([attr]), func
-            )
+            _write_npz(staged[out / f"{name}_attr.npz"], attr.shape, np.float32, iter([attr]), func)
     return paths
 
 
@@ -169,7 +167,7 @@ def _write_error(path: Path, exc: OSError, func: str) -> Exception:
     _, reason = failure(exc)
     return parameter_error(
         func,
-        "outdir",
+        "out",
         "a folder on a disk that can hold the exported files",
         f"{os.fspath(path)!r}: writing it failed ({reason})",
         "The tracks file is untouched and no exported file was kept: free space (or choose a "
@@ -211,30 +209,30 @@ def _targets(f: Any) -> tuple[list[int], bool]:
     return [int(t) for t in targets], squeezed
 
 
-def _check_outdir(outdir: PathLike, paths: list[Path], overwrite: bool, func: str) -> None:
+def _check_outdir(out: PathLike, paths: list[Path], overwrite: bool, func: str) -> None:
     """Refuse existing files (without ``overwrite``), then make the folder (parents too)."""
     existing = [p for p in paths if p.exists()]
     if existing and not overwrite:
         raise parameter_error(
             func,
-            "outdir",
+            "out",
             "a folder without the files to write, unless overwrite=True",
-            f"{os.fspath(outdir)!r} with {existing[0].name} already there",
+            f"{os.fspath(out)!r} with {existing[0].name} already there",
             "Pass overwrite=True to replace them, or choose another folder.",
             error=FileExistsError,
             described=True,
         )
     try:
-        Path(outdir).mkdir(parents=True, exist_ok=True)
+        Path(out).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         _, reason = failure(exc)
-        if Path(outdir).exists() and not Path(outdir).is_dir():
+        if Path(out).exists() and not Path(out).is_dir():
             reason = "a file of that name exists"
         raise parameter_error(
             func,
-            "outdir",
+            "out",
             "a folder (made if missing)",
-            f"{os.fspath(outdir)!r}, which cannot be made ({reason})",
+            f"{os.fspath(out)!r}, which cannot be made ({reason})",
             "Choose a writable folder that is not the name of a file.",
             error=OSError,
             described=True,
@@ -249,13 +247,14 @@ def _report_rows(path: PathLike, done: int, total: int, func: str) -> None:
             "not written yet (the file is still being written, or its run was interrupted; "
             "rerun that run to complete it, then the export with overwrite=True).",
             SeqAttribWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 
+@deprecated_alias(outdir="out")
 def export_modisco(
     tracks: PathLike | np.ndarray,
-    outdir: PathLike,
+    out: PathLike,
     *,
     sequences: Any = None,
     class_names: Sequence[str] | Mapping[int, str] | None = None,
@@ -275,7 +274,7 @@ def export_modisco(
         A tracks file written with ``out=``, or hypothetical scores in memory (from
         ``multiply_by_inputs=False``, or ``ism_to_hypothetical``), in the layout of
         ``sequences``.
-    outdir : path
+    out : path
         The folder, made (with its parents) if missing.
     sequences : array of shape (N, L, 4) or (N, 4, L), optional
         With scores in memory: the one-hot sequences they explain.
@@ -293,7 +292,7 @@ def export_modisco(
     """
     func = "export_modisco"
     if not isinstance(tracks, (str, os.PathLike)):
-        return _export_arrays(tracks, sequences, Path(outdir), class_names, overwrite, func)
+        return _export_arrays(tracks, sequences, Path(out), class_names, overwrite, func)
     f = open_tracks(tracks, func, "tracks")
     try:
         targets, squeezed = _targets(f)
@@ -301,40 +300,41 @@ def export_modisco(
         done = int(f.attrs["n_completed"])
         axis = int(f.attrs["alphabet_axis"])
         length = int(f["sequences"].shape[1 if axis == -1 else 2])
-        outdir = Path(outdir)
+        out = Path(out)
         has_regions = "regions" in f
         paths = [
-            outdir / f"{name}_{kind}"
+            out / f"{name}_{kind}"
             for name in names
             for kind in (["ohe.npz", "attr.npz"] + (["regions.bed"] if has_regions else []))
         ]
         _check_hypothetical(f, func)
-        _check_outdir(outdir, paths, overwrite, func)
+        _check_outdir(out, paths, overwrite, func)
         shape = (done, 4, length)
         seq = f["sequences"]
         step = max(1, _BLOCK_BYTES // (4 * length))
         with _all_or_none(paths, func) as staged:
             for k, name in enumerate(names):
                 ohe = (_ncl(seq[s : min(done, s + step)], axis) for s in range(0, done, step))
-                _write_npz(staged[outdir / f"{name}_ohe.npz"], shape, np.int8, ohe, func)
+                _write_npz(staged[out / f"{name}_ohe.npz"], shape, np.int8, ohe, func)
                 index = None if squeezed else k
                 hyp = (_ncl(b, axis) for _, b in _hypothetical_blocks(f, index, func))
-                _write_npz(staged[outdir / f"{name}_attr.npz"], shape, np.float32, hyp, func)
+                _write_npz(staged[out / f"{name}_attr.npz"], shape, np.float32, hyp, func)
             if has_regions:
                 g = f["regions"]
                 chrom = decode_strings(g["chrom"][:done])
                 start, end = g["start"][:done], g["end"][:done]
                 for name in names:
-                    _write_bed(staged[outdir / f"{name}_regions.bed"], chrom, start, end, func)
+                    _write_bed(staged[out / f"{name}_regions.bed"], chrom, start, end, func)
         _report_rows(tracks, done, len(f["attributions"]), func)
     finally:
         f.close()
     return paths
 
 
+@deprecated_alias(outdir="out")
 def export_bigwig(
     tracks: PathLike,
-    outdir: PathLike,
+    out: PathLike,
     chrom_sizes: Mapping[str, int] | PathLike,
     *,
     class_names: Sequence[str] | Mapping[int, str] | None = None,
@@ -351,7 +351,7 @@ def export_bigwig(
     ----------
     tracks : path
         A tracks file written with ``out=`` and ``regions=`` (genome coordinates).
-    outdir : path
+    out : path
         The folder, made (with its parents) if missing; files are ``{class}.bw``, all written
         or (when the export fails) none.
     chrom_sizes : dict or path
@@ -383,9 +383,9 @@ def export_bigwig(
                 "Pass regions= (e.g. from seqattrib.io.extract_windows) when writing the tracks.",
                 described=True,
             )
-        outdir = Path(outdir)
-        paths = [outdir / f"{name}.bw" for name in names]
-        _check_outdir(outdir, paths, overwrite, func)
+        out = Path(out)
+        paths = [out / f"{name}.bw" for name in names]
+        _check_outdir(out, paths, overwrite, func)
         done = int(f.attrs["n_completed"])
         axis = int(f.attrs["alphabet_axis"])
         g = f["regions"]

@@ -128,19 +128,22 @@ def decode(X: ArrayLike, *, alphabet_axis: int | None = None) -> list[str]:
     ----------
     X : array of shape (n_sequences, length, 4) or (n_sequences, 4, length)
         A position whose largest value is below 0.5 (an all-zero or soft column) decodes to ``N``.
-    alphabet_axis : {None, 1, -1}
-        Axis holding the alphabet; inferred when exactly one of axes 1 and -1 has size 4.
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in X, one of its last two: -1 for (..., length, 4), -2 for
+        (..., 4, length); inferred when exactly one of them has size 4.
 
     Returns
     -------
     list of str
     """
+    from .._validation import check_alphabet_axis
     from ..engine.source import infer_alphabet_axis
 
     arr = np.asarray(X)
+    given = check_alphabet_axis(alphabet_axis, arr.ndim, "decode")
     if arr.ndim == 2:
         arr = arr[None]
-    axis = infer_alphabet_axis(arr.shape, alphabet_axis, "decode")
+    axis = infer_alphabet_axis(arr.shape, given, "decode")
     nlc = arr if axis == -1 else arr.transpose(0, 2, 1)
     idx = np.argmax(nlc, axis=-1)
     idx[np.max(nlc, axis=-1) < 0.5] = 4

@@ -27,8 +27,8 @@ from ..engine.source import SequenceSource
 from . import lock as _lock
 from .fingerprint import ROW_HASH_BYTES, regions_fingerprint, row_hashes
 from .hdf5 import LIBVER, abandon, clear_write_flags, failure
-from .tracks_format import FORMAT, TrackRegions
-from .tracks_resume import FileIdentity, inspect
+from .tracks_format import FORMAT
+from .tracks_resume import FileIdentity, inspect, settings_text
 
 _CHUNK_BYTES = 2**20
 
@@ -47,7 +47,6 @@ class TrackWriter:
         path: str,
         h5file: Any,
         source: SequenceSource,
-        squeeze: bool,
         n_completed: int,
         *,
         func: str = "open_track_writer",
@@ -57,7 +56,6 @@ class TrackWriter:
         self.path = path
         self.file = h5file
         self.source = source
-        self.squeeze = squeeze
         self.n_completed = n_completed
         self.func = func
         self.lock = lock
@@ -134,7 +132,7 @@ class TrackWriter:
         self._in_commit = True
         try:
             for name, rows in values.items():
-                datasets[name][first:stop] = rows[:, 0] if self.squeeze else rows
+                datasets[name][first:stop] = rows
             datasets["sequences"][first:stop] = x.astype(datasets["sequences"].dtype)
             datasets["row_hashes"][first:stop] = hashes
             f.flush()  # the rows are on disk before the file claims them
@@ -207,25 +205,15 @@ def write_error(func: str, path: str, action: str, exc: BaseException, kept: int
     return error
 
 
-def _settings_text(settings: dict[str, Any]) -> str:
-    return json.dumps(settings, sort_keys=True, default=str)
-
-
 def open_track_writer(
     path: str | os.PathLike[str],
     *,
     func: str,
     source: SequenceSource,
-    shapes: dict[str, tuple[int, ...]],
-    squeeze: bool,
-    settings: dict[str, Any],
+    identity: FileIdentity,
     seed: int,
     adopt_seed: bool,
     description: dict[str, str],
-    model_fingerprint: str,
-    output_fn: str | None,
-    provenance: dict[str, str] | None = None,
-    regions: Any = None,
     overwrite: bool = False,
     block_sequences: int = 1024,
 ) -> tuple[TrackWriter, int]:
@@ -236,26 +224,15 @@ def open_track_writer(
 
     Parameters
     ----------
-    shapes : dict
-        Row shape of every streamed output, e.g. ``{"attributions": (K, L, 4)}``.
-    squeeze : bool
-        Drop the target axis (an int target).
-    settings : dict
-        Everything that determines the results; a resumed run must match it exactly.
+    identity : FileIdentity
+        What the job's results depend on (settings, model, output function, provenance,
+        regions) and the row shape of every stream: stored in a new file, compared with an
+        existing one. The writer takes rows of exactly these shapes.
     seed, adopt_seed : int, bool
         The run's random seed; with ``adopt_seed`` (random_state None or a Generator) a resumed
         run takes the seed stored in the file instead.
     description : dict
         Backend and model description (stored, not compared).
-    model_fingerprint : str
-        ``seqattrib.io.fingerprint.model_fingerprint`` of the model (compared).
-    output_fn : str or None
-        ``seqattrib.io.fingerprint.function_identity`` of the output function (compared).
-    provenance : dict of str, optional
-        Identity of the job's inputs beyond X, e.g. ``{"genome": file digest, "regions":
-        digest of the job's regions}`` (compared, and compared across shards by ``merge``).
-    regions : optional
-        Genome coordinates of the rows of X (stored and compared).
 
     Returns
     -------
@@ -265,33 +242,19 @@ def open_track_writer(
     path = os.fspath(path)
     if not isinstance(overwrite, bool):
         raise parameter_error(func, "overwrite", "True or False", overwrite, error=TypeError)
-    n = source.n_sequences
-    track_regions = None
-    if regions is not None:
-        track_regions = TrackRegions.coerce(regions, n, func)
-        _check_widths(track_regions, source.length, func)
-    identity = FileIdentity(
-        json.loads(_settings_text(settings)),
-        model_fingerprint,
-        str(output_fn),
-        {str(k): str(v) for k, v in sorted((provenance or {}).items())},
-        track_regions,
-        {name: (row[1:] if squeeze else row) for name, row in shapes.items()},
-    )
     _check_out(path, func)
     held = _lock.acquire(path, func)
     if held is None:
-        return _reuse_read_only(path, func, source, squeeze, identity, seed, adopt_seed, overwrite)
+        return _reuse_read_only(path, func, source, identity, seed, adopt_seed, overwrite)
     try:
         _remove(path + ".creating", func, path)  # left by a run killed while creating the file
         if overwrite:
             _remove(path, func, path)
         if os.path.exists(path):
-            return _resume(h5py, path, func, source, squeeze, identity, seed, adopt_seed, held)
+            return _resume(h5py, path, func, source, identity, seed, adopt_seed, held)
         writer = _create(
-            h5py, path, func, source, shapes, squeeze, identity, seed, description,
-            block_sequences, held,
-        )  # fmt: skip
+            h5py, path, func, source, identity, seed, description, block_sequences, held
+        )
     except BaseException:
         held.release()
         raise
@@ -327,22 +290,6 @@ def _check_out(path: str, func: str) -> None:
         )
 
 
-def _check_widths(regions: TrackRegions, length: int, func: str) -> None:
-    """Every region must span as many bases as a row of X."""
-    widths = regions.end - regions.start
-    wrong = np.flatnonzero(widths != length)
-    if len(wrong):
-        i = int(wrong[0])
-        raise parameter_error(
-            func,
-            "regions",
-            f"regions as wide as the sequences ({length} bases)",
-            f"region {i} ({regions.label(i)}), {int(widths[i])} bases wide",
-            "Pass the windows the sequences were cut from (e.g. seqattrib.io.extract_windows).",
-            described=True,
-        )
-
-
 def _remove(name: str, func: str, path: str) -> None:
     """Remove the file ``name`` if it exists (a leftover, or ``path`` under overwrite)."""
     if not os.path.lexists(name):
@@ -366,8 +313,6 @@ def _create(
     path: str,
     func: str,
     source: SequenceSource,
-    shapes: dict[str, tuple[int, ...]],
-    squeeze: bool,
     identity: FileIdentity,
     seed: int,
     description: dict[str, str],
@@ -376,7 +321,7 @@ def _create(
 ) -> TrackWriter:
     """A new file, built under a temporary name and renamed once complete (empty of rows)."""
     n = source.n_sequences
-    rows = {name: (row[1:] if squeeze else row) for name, row in shapes.items()}
+    rows = identity.streams
     widest = max([4 * int(np.prod(row)) for row in rows.values()] + [4 * source.row_shape[0] * 4])
     chunk = max(1, min(block_sequences, n, _CHUNK_BYTES // widest))
     temp = path + ".creating"
@@ -429,7 +374,7 @@ def _create(
                 regions.chrom, regions.start, regions.end
             )
         f.attrs["format"] = FORMAT
-        f.attrs["settings"] = _settings_text(identity.settings)
+        f.attrs["settings"] = settings_text(identity.settings)
         for key, value in identity.settings.items():
             f.attrs[key] = (
                 json.dumps(value, default=str)
@@ -454,7 +399,7 @@ def _create(
         if isinstance(exc, (OSError, RuntimeError)):
             raise write_error(func, path, "creating the file", exc, 0) from exc
         raise
-    return TrackWriter(path, f, source, squeeze, 0, func=func, lock=held, chunk_rows=chunk)
+    return TrackWriter(path, f, source, 0, func=func, lock=held, chunk_rows=chunk)
 
 
 def _resume(
@@ -462,7 +407,6 @@ def _resume(
     path: str,
     func: str,
     source: SequenceSource,
-    squeeze: bool,
     identity: FileIdentity,
     seed: int,
     adopt_seed: bool,
@@ -477,7 +421,7 @@ def _resume(
     use_seed = stored_seed if adopt_seed else seed
     if done == source.n_sequences:
         held.release()  # finished: reused as it is, nothing is written
-        return TrackWriter(path, None, source, squeeze, done, func=func), use_seed
+        return TrackWriter(path, None, source, done, func=func), use_seed
     try:
         f = h5py.File(path, "r+", libver=LIBVER)
     except OSError as exc:
@@ -490,7 +434,7 @@ def _resume(
         if isinstance(exc, (OSError, RuntimeError)):
             raise write_error(func, path, "reopening the file", exc, done) from exc
         raise
-    writer = TrackWriter(path, f, source, squeeze, done, func=func, lock=held, chunk_rows=chunk)
+    writer = TrackWriter(path, f, source, done, func=func, lock=held, chunk_rows=chunk)
     return writer, use_seed
 
 
@@ -498,7 +442,6 @@ def _reuse_read_only(
     path: str,
     func: str,
     source: SequenceSource,
-    squeeze: bool,
     identity: FileIdentity,
     seed: int,
     adopt_seed: bool,
@@ -527,6 +470,4 @@ def _reuse_read_only(
             error=PermissionError,
             described=True,
         )
-    return TrackWriter(path, None, source, squeeze, done, func=func), (
-        stored_seed if adopt_seed else seed
-    )
+    return TrackWriter(path, None, source, done, func=func), (stored_seed if adopt_seed else seed)

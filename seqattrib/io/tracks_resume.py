@@ -4,6 +4,7 @@ refusal naming what differs."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,17 +31,87 @@ FIX = "Pass overwrite=True to replace it, or choose another path."
 _HASH_BLOCK_BYTES = 64 * 2**20
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileIdentity:
-    """What a file must have been written with to be resumed or reused by this run."""
+    """What a file must have been written with to be resumed or reused by this run.
 
+    Built once per job (``FileIdentity.of``); the writer stores it in a new file and compares
+    it with an existing one.
+    """
+
+    #: Everything that determines the results, as stored (JSON types).
     settings: dict[str, Any]
     model_fingerprint: str
     output_fn: str
     provenance: dict[str, str]
     regions: TrackRegions | None
-    #: Row shape of every streamed output, e.g. ``{"attributions": (K, L, 4)}``.
+    #: Row shape of every streamed output as stored, e.g. ``{"attributions": (K, L, 4)}``.
     streams: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        settings: dict[str, Any],
+        model_fingerprint: str,
+        output_fn: str | None,
+        provenance: dict[str, str] | None,
+        regions: Any,
+        streams: dict[str, tuple[int, ...]],
+        source: SequenceSource,
+        func: str,
+    ) -> FileIdentity:
+        """The identity of a job over ``source``.
+
+        Parameters
+        ----------
+        settings : dict
+            Everything that determines the results; a resumed run must match it exactly.
+        model_fingerprint : str
+            ``seqattrib.io.fingerprint.model_fingerprint`` of the model.
+        output_fn : str or None
+            ``seqattrib.io.fingerprint.function_identity`` of the output function.
+        provenance : dict of str, optional
+            Identity of the job's inputs beyond X, e.g. ``{"genome": file digest, "regions":
+            digest of the job's regions}`` (compared across shards by ``merge`` too).
+        regions : optional
+            Genome coordinates of the rows of X, one region per row, each as wide as a row.
+        streams : dict
+            Row shape of every streamed output as the file stores it.
+        """
+        track_regions = None
+        if regions is not None:
+            track_regions = TrackRegions.coerce(regions, source.n_sequences, func)
+            _check_widths(track_regions, source.length, func)
+        return cls(
+            json.loads(settings_text(settings)),
+            model_fingerprint,
+            str(output_fn),
+            {str(k): str(v) for k, v in sorted((provenance or {}).items())},
+            track_regions,
+            dict(streams),
+        )
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """``settings`` as the file stores them (JSON, keys sorted)."""
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+def _check_widths(regions: TrackRegions, length: int, func: str) -> None:
+    """Every region must span as many bases as a row of X."""
+    widths = regions.end - regions.start
+    wrong = np.flatnonzero(widths != length)
+    if len(wrong):
+        i = int(wrong[0])
+        raise parameter_error(
+            func,
+            "regions",
+            f"regions as wide as the sequences ({length} bases)",
+            f"region {i} ({regions.label(i)}), {int(widths[i])} bases wide",
+            "Pass the windows the sequences were cut from (e.g. seqattrib.io.extract_windows).",
+            described=True,
+        )
 
 
 def refuse(func: str, path: str, got: str, expected: str = "") -> Exception:

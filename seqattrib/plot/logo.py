@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import deprecated_alias, parameter_error
 from .._optional import import_optional
+from .._validation import check_alphabet_axis
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -24,10 +25,9 @@ LETTER_WIDTH = 0.9
 def _as_lc(values: Any, alphabet_axis: int | None, func: str, param: str) -> np.ndarray:
     """One sequence's scores as a float array of shape (length, 4)."""
     arr = np.asarray(values, dtype=np.float64)
+    axis = check_alphabet_axis(alphabet_axis, arr.ndim, func)
     if arr.ndim == 3 and arr.shape[0] == 1:
         arr = arr[0]
-        if alphabet_axis in (1, 2):  # axes of the (1, ., .) array, as elsewhere in the package
-            alphabet_axis = alphabet_axis - 1 if alphabet_axis == 1 else -1
     if arr.ndim != 2:
         raise parameter_error(
             func,
@@ -37,7 +37,7 @@ def _as_lc(values: Any, alphabet_axis: int | None, func: str, param: str) -> np.
             "Select one sequence (and one target), e.g. attributions[i] or attributions[i, k].",
             described=True,
         )
-    if alphabet_axis is None:
+    if axis is None:
         first, last = arr.shape[0] == 4, arr.shape[1] == 4
         if first == last:
             raise parameter_error(
@@ -45,20 +45,20 @@ def _as_lc(values: Any, alphabet_axis: int | None, func: str, param: str) -> np.
                 "alphabet_axis",
                 "given unless exactly one axis has size 4",
                 f"None for shape {arr.shape}",
-                "Pass alphabet_axis=0 for (4, length) or alphabet_axis=-1 for (length, 4).",
+                "Pass alphabet_axis=-2 for (4, length) or alphabet_axis=-1 for (length, 4).",
             )
-        alphabet_axis = 0 if first else -1
-    if alphabet_axis not in (0, 1, -1) or arr.shape[alphabet_axis] != 4:
+        axis = -2 if first else -1
+    if arr.shape[axis] != 4:
         raise parameter_error(
             func,
             "alphabet_axis",
-            "0 or -1, an axis of size 4",
+            "an axis of size 4",
             f"{alphabet_axis!r} for shape {arr.shape}",
             described=True,
         )
     if not np.isfinite(arr).all():
         raise parameter_error(func, param, "finite", "NaN or infinite values", described=True)
-    return arr.T if alphabet_axis == 0 else arr
+    return arr.T if axis == -2 else arr
 
 
 def _window(length: int, start: int | None, end: int | None, func: str) -> tuple[int, int]:
@@ -140,6 +140,7 @@ def _letter_paths() -> dict[str, Any]:
     return paths
 
 
+@deprecated_alias(path="out")
 def plot_logo(
     attributions: Any,
     *,
@@ -148,7 +149,7 @@ def plot_logo(
     ax: Axes | None = None,
     alphabet_axis: int | None = None,
     title: str | None = None,
-    path: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
     coordinates: tuple[str, int] | None = None,
 ) -> Axes:
     """Draw an attribution logo: at each position the letters, as tall as their scores.
@@ -166,11 +167,12 @@ def plot_logo(
     start, end : int, optional
         Draw positions ``start .. end - 1`` (default: all); the x axis shows these positions.
     ax : matplotlib Axes, optional
-        Draw here; by default a new figure is made (without pyplot when ``path`` is given).
-    alphabet_axis : {None, 0, -1}
-        Axis holding the bases; inferred when exactly one axis has size 4.
+        Draw here; by default a new figure is made (without pyplot when ``out`` is given).
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in the array passed, one of its last two: -1 for (length, 4),
+        -2 for (4, length); inferred when exactly one of them has size 4.
     title : str, optional
-    path : str or path, optional
+    out : str or path, optional
         Save the figure there (format from the suffix: ``.png``, ``.pdf``, ``.svg``).
     coordinates : (chrom, start), optional
         Where the sequence lies on the genome (``start``: 0-based position of its first base,
@@ -191,7 +193,7 @@ def plot_logo(
     from matplotlib.transforms import Affine2D
 
     letters = _letter_paths()
-    ax = _axes(ax, path, (min(max(6.0, 0.12 * (hi - lo)), 40.0), 2.5))
+    ax = _axes(ax, out, (min(max(6.0, 0.12 * (hi - lo)), 40.0), 2.5))
     bottom_min = top_max = 0.0
     for pos, row in zip(range(lo, hi), window, strict=True):
         up = down = 0.0
@@ -218,9 +220,10 @@ def plot_logo(
     ax.set_ylabel("attribution")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    return _finish(ax, title, path)
+    return _finish(ax, title, out)
 
 
+@deprecated_alias(path="out")
 def plot_ism(
     scores: Any,
     *,
@@ -229,7 +232,7 @@ def plot_ism(
     ax: Axes | None = None,
     alphabet_axis: int | None = None,
     title: str | None = None,
-    path: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
     cmap: str = "RdBu_r",
     coordinates: tuple[str, int] | None = None,
 ) -> Axes:
@@ -246,11 +249,12 @@ def plot_ism(
     start, end : int, optional
         Draw positions ``start .. end - 1`` (default: all).
     ax : matplotlib Axes, optional
-        Draw here; by default a new figure is made (without pyplot when ``path`` is given).
-    alphabet_axis : {None, 0, -1}
-        Axis holding the bases; inferred when exactly one axis has size 4.
+        Draw here; by default a new figure is made (without pyplot when ``out`` is given).
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in the array passed, one of its last two: -1 for (length, 4),
+        -2 for (4, length); inferred when exactly one of them has size 4.
     title : str, optional
-    path : str or path, optional
+    out : str or path, optional
         Save the figure there (format from the suffix).
     cmap : str
         A diverging matplotlib colormap.
@@ -267,7 +271,7 @@ def plot_ism(
     lo, hi = _window(values.shape[0], start, end, func)
     grid = values[lo:hi].T
     limit = float(np.max(np.abs(grid))) or 1.0
-    ax = _axes(ax, path, (min(max(6.0, 0.12 * (hi - lo)), 40.0), 2.0))
+    ax = _axes(ax, out, (min(max(6.0, 0.12 * (hi - lo)), 40.0), 2.0))
     image = ax.imshow(
         grid,
         aspect="auto",
@@ -280,4 +284,4 @@ def plot_ism(
     ax.set_yticks(range(4), list(ALPHABET))
     _position_axis(ax, coordinates)
     ax.figure.colorbar(image, ax=ax, label="ISM score", fraction=0.05, pad=0.01)
-    return _finish(ax, title, path)
+    return _finish(ax, title, out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._errors import parameter_error
+from .._errors import deprecated_alias, parameter_error
 from .._optional import import_optional
 from .logo import _as_lc, plot_ism, plot_logo
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+@deprecated_alias(path="out")
 def plot_variant(
     ref: Any,
     alt: Any,
@@ -23,7 +24,7 @@ def plot_variant(
     kind: Literal["logo", "ism"] = "logo",
     alphabet_axis: int | None = None,
     title: str | None = None,
-    path: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
     coordinates: tuple[str, int] | None = None,
 ) -> Figure:
     """Draw the attributions of a variant's reference window above those of its alternative
@@ -46,9 +47,11 @@ def plot_variant(
         the alternative panel draws ``start - offset .. end - offset``.
     kind : {"logo", "ism"}
         Logos (attributions x one-hot, or hypothetical scores) or ISM heatmaps.
-    alphabet_axis : {None, 0, -1}
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in the arrays passed, one of their last two: -1 for
+        (length, 4), -2 for (4, length); inferred when exactly one of them has size 4.
     title : str, optional
-    path : str or path, optional
+    out : str or path, optional
         Save the figure there (format from the suffix).
     coordinates : (chrom, start), optional
         The reference window's place on the genome (0-based start); axes show 1-based genome
@@ -70,7 +73,7 @@ def plot_variant(
     hi = min(length, length // 2 + 21) if end is None else end
     lo_alt, hi_alt = max(0, lo - offset), min(alt_lc.shape[0], hi - offset)
     import_optional("matplotlib")
-    if path is not None:
+    if out is not None:
         figure_mod = import_optional("matplotlib.figure")
         agg = import_optional("matplotlib.backends.backend_agg")
         fig = figure_mod.Figure(figsize=(min(max(6.0, 0.15 * (hi - lo)), 40.0), 5.0))
@@ -89,6 +92,6 @@ def plot_variant(
     top.set_title("reference" if heading is None else f"{heading}\nreference")
     bottom.set_title("alternative")
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(os.fspath(path), bbox_inches="tight", dpi=150)
+    if out is not None:
+        fig.savefig(os.fspath(out), bbox_inches="tight", dpi=150)
     return fig

@@ -9,7 +9,7 @@ from helpers import CLOSED_FORM, assert_close
 from models import random_one_hot
 
 import seqattrib as sa
-from seqattrib.attribution.paths import METHODS as RULES
+from seqattrib.attribution.paths import QUADRATURES as RULES
 
 FRAMEWORKS = ("torch", "tensorflow")
 LAYOUTS = ("NLC", "NCL")

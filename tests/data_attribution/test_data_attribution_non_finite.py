@@ -212,7 +212,10 @@ X[:, 0] = np.eye(4, dtype=np.float32)[0]
 X[{bad}, 0] = np.eye(4, dtype=np.float32)[2]
 y = rng.integers(0, 3, {n})
 messages = []
-for method in (sa.TRAK(model, checkpoints, proj_dim=4, batch_size=4),):
+for method in (
+    sa.TracIn(model, checkpoints, proj_dim=8, batch_size=4),
+    sa.TRAK(model, checkpoints, proj_dim=4, batch_size=4),
+):
     try:
         method.fit(X, y)
         messages.append("no error")
@@ -223,8 +226,8 @@ print(json.dumps(messages))
 
 
 def test_keras_on_the_torch_backend(tmp_path):
-    """TRAK (TracIn needs the per-example gradients of the parameters, which for a Keras model
-    on the torch backend are not those of its weights yet: tested with torch and TensorFlow)."""
+    """TracIn (projected: it computes in fit) and TRAK, whose per-example gradients reach the
+    Keras variables of a model on the torch backend."""
     code = KERAS_ON_TORCH.format(length=LENGTH, n=N_TRAIN, bad=BAD)
     env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
     out = subprocess.run(
@@ -238,6 +241,6 @@ def test_keras_on_the_torch_backend(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     messages = json.loads(out.stdout.strip().splitlines()[-1])
     pattern = rf"NaN or inf model outputs for sequence {BAD} of X_train at checkpoints\[0\]"
-    for message, func in zip(messages, ("TRAK.fit",), strict=True):
+    for message, func in zip(messages, ("TracIn.fit", "TRAK.fit"), strict=True):
         assert message.startswith(f"The 'model' parameter of {func}"), message
         assert "\n" not in message and re.search(pattern, message), message

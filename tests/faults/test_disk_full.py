@@ -220,7 +220,7 @@ def hypothetical(tmp_path_factory):
 def test_modisco_export_on_a_full_disk_then_again(tmpfs, hypothetical):
     path, _ = hypothetical
     fs = tmpfs("200k")
-    with pytest.raises(OSError, match=rf"'outdir' parameter of export_modisco.*{NO_SPACE}") as e:
+    with pytest.raises(OSError, match=rf"'out' parameter of export_modisco.*{NO_SPACE}") as e:
         export_modisco(path, fs.path)
     _one_line(str(e.value))
     assert leftovers(fs.path) == []

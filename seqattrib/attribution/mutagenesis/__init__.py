@@ -12,9 +12,10 @@ from typing import Any, Literal
 import numpy as np
 
 from ..._errors import SeqAttribWarning, parameter_error
+from ..._validation import check_alphabet_axis
 from ...backends import WindowedBackend, capability
 from ...engine import SequenceSource, as_source
-from ..job import JobContext, drop_target_axis, run_job
+from ..job import JobContext, run_job
 from ..options import RunOptions, shared_docs
 from .choice import AUTO_MAX_COST_RATIO, checked_plan
 from .fast import FastForward, fast_forward
@@ -183,12 +184,12 @@ def ism(
     source = as_source(X, alphabet_axis, func)
     method = IsmMethod(source, scan_window(positions, source.length, func), score, fast)
     try:
-        result, squeeze = run_job(method, model, source, options)
+        result, _ = run_job(method, model, source, options)
     finally:
         method.release()
     if isinstance(result, str):
         return result
-    return drop_target_axis(result, squeeze)["attributions"]
+    return result["attributions"]
 
 
 def ism_to_hypothetical(scores: Any, *, alphabet_axis: int | None = None) -> np.ndarray:
@@ -200,34 +201,35 @@ def ism_to_hypothetical(scores: Any, *, alphabet_axis: int | None = None) -> np.
     Parameters
     ----------
     scores : array of shape (n_sequences, [K,] length, 4) or (n_sequences, [K,] 4, length)
-    alphabet_axis : {None, -2, -1}
-        Axis holding the bases; inferred when only one of the last two axes has size 4.
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in ``scores``, one of its last two: -1 for (..., length, 4), -2
+        for (..., 4, length); inferred when exactly one of them has size 4.
 
     Returns
     -------
     ndarray of float32, the shape of ``scores``
     """
+    func = "ism_to_hypothetical"
     scores = np.asarray(scores, dtype=np.float32)
     if scores.ndim not in (3, 4):
         raise parameter_error(
-            "ism_to_hypothetical",
+            func,
             "scores",
             "an array of shape (N, [K,] L, 4) or (N, [K,] 4, L)",
             f"shape {scores.shape}",
             described=True,
         )
-    if alphabet_axis is None:
+    axis = check_alphabet_axis(alphabet_axis, scores.ndim, func)
+    if axis is None:
         last, before = scores.shape[-1] == 4, scores.shape[-2] == 4
         if last == before:
             raise parameter_error(
-                "ism_to_hypothetical",
+                func,
                 "alphabet_axis",
                 "given (-1 or -2) when the layout is ambiguous",
                 f"None for shape {scores.shape}",
             )
-        alphabet_axis = -1 if last else -2
-    if alphabet_axis not in (-1, -2) or scores.shape[alphabet_axis] != 4:
-        raise parameter_error(
-            "ism_to_hypothetical", "alphabet_axis", "-1 or -2, an axis of size 4", alphabet_axis
-        )
-    return scores - scores.mean(axis=alphabet_axis, keepdims=True)
+        axis = -1 if last else -2
+    if scores.shape[axis] != 4:
+        raise parameter_error(func, "alphabet_axis", "an axis of size 4", alphabet_axis)
+    return scores - scores.mean(axis=axis, keepdims=True)

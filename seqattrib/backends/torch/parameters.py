@@ -47,13 +47,32 @@ class TorchParameterGradients:
         names: list[str],
         head: Head,
     ) -> torch.Tensor:
+        import sys
+        from contextlib import nullcontext
+
         from torch.func import functional_call, grad, vmap
 
         own = dict(model.named_parameters())
         params = {n: own[n].detach() for n in names}
+        # A Keras layer on the torch backend reads its weights from its Keras variables, not
+        # from the parameters functional_call swaps: its traced values enter through a
+        # StatelessScope instead.
+        keras: Any = sys.modules.get("keras")
+        variables: dict[int, Any] = {}
+        if keras is not None:
+            for module in model.modules():
+                if isinstance(module, keras.Layer):
+                    variables.update({id(v.value): v for v in module.variables})
+        held = [n for n in names if id(own[n]) in variables]
 
         def one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-            out = head(functional_call(model, p, (xi[None],))).float()
+            scope = (
+                keras.StatelessScope(state_mapping=[(variables[id(own[n])], p[n]) for n in held])
+                if held
+                else nullcontext()
+            )
+            with scope:
+                out = head(functional_call(model, p, (xi[None],))).float()
             return fn(out, yi[None]).sum()
 
         try:
