@@ -164,6 +164,44 @@ def test_export_outdir_keyword_is_out(model, X, tmp_path):
         sa.io.export_modisco(scores, outdir=tmp_path / "a", out=tmp_path / "b", sequences=X)
 
 
+def _regions():
+    return sa.io.Regions(
+        chrom=np.array(["chr1", "chr1"]),
+        start=np.array([0, 30]),
+        end=np.array([20, 50]),
+        name=np.array(["a", "b"]),
+        index=np.arange(2),
+    )
+
+
+WRITERS = {
+    "write_bed": lambda **kw: sa.io.write_bed(regions=_regions(), **kw),
+    "write_bigwig": lambda **kw: sa.io.write_bigwig(
+        scores=np.linspace(-1, 1, 40, dtype=np.float32).reshape(2, 20),
+        regions=_regions(),
+        chrom_sizes={"chr1": 60},
+        **kw,
+    ),
+}
+
+
+@pytest.mark.parametrize("func", sorted(WRITERS))
+def test_writer_path_keyword_is_out(func, tmp_path):
+    if func == "write_bigwig":
+        pytest.importorskip("pyBigWig")
+    WRITERS[func](out=tmp_path / "new")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        WRITERS[func](path=tmp_path / "old")
+        WRITERS[func](path=tmp_path / "again")
+    (warned,) = _deprecations(record)
+    assert f"path= of {func}() is renamed out=" in str(warned.message)
+    files = _read_all(tmp_path)
+    assert files["old"] == files["new"] == files["again"]
+    with pytest.raises(TypeError, match="'path'"):
+        WRITERS[func](path=tmp_path / "a", out=tmp_path / "b")
+
+
 # --------------------------------------------------------------------------- command line
 def _explain(fasta: Path, out: Path, *rule: str) -> list[str]:
     return [

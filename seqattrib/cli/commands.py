@@ -420,7 +420,8 @@ def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = 
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
-    if not command or command[0] not in ("explain", "ism") or "--out" not in command:
+    given = [i for i, word in enumerate(command[:-1]) if word in ("--out", "-o")]
+    if not command or command[0] not in ("explain", "ism") or not given:
         raise parameter_error(
             "seqattrib launch",
             "command",
@@ -429,7 +430,7 @@ def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = 
         )
     if "--shard" in command:
         raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
-    out = command[command.index("--out") + 1]
+    out = command[given[-1] + 1]
     workers = []
     for index, device in enumerate(devices):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)

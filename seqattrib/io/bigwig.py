@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error, refuse_existing
+from .._errors import deprecated_alias, parameter_error, refuse_existing
 from .._optional import import_optional
 from .fasta import PathLike
 from .fasta import chrom_sizes as read_chrom_sizes
@@ -53,8 +53,9 @@ def resolve_overlaps(starts: np.ndarray, length: int) -> tuple[np.ndarray, np.nd
     return order, lo, hi
 
 
+@deprecated_alias(path="out")
 def write_bigwig(
-    path: PathLike,
+    out: PathLike,
     scores: Any,
     regions: Regions,
     chrom_sizes: Mapping[str, int] | PathLike,
@@ -68,7 +69,7 @@ def write_bigwig(
 
     Parameters
     ----------
-    path : str or path
+    out : str or path
         The bigWig to write. It appears only when complete (written beside it, then renamed).
     scores : array of shape (n_windows, length)
         One score per base of each window, finite.
@@ -93,12 +94,12 @@ def write_bigwig(
     :func:`resolve_overlaps`). Bases outside every window have no value.
     """
     func = "write_bigwig"
-    out = Path(path)
-    refuse_existing(func, "path", out, overwrite)
+    out = Path(out)
+    refuse_existing(func, "out", out, overwrite)
     if not out.parent.is_dir():
         raise parameter_error(
             func,
-            "path",
+            "out",
             "a path in an existing folder",
             os.fspath(out),
             f"Create {os.fspath(out.parent)} first.",
@@ -177,7 +178,7 @@ def _check_writable(tmp: str, out: Path, func: str) -> None:
     except OSError as exc:
         raise parameter_error(
             func,
-            "path",
+            "out",
             "a file in a folder that can be written",
             f"{os.fspath(out)!r} ({exc.strerror or exc})",
             "Choose a writable folder.",
@@ -197,7 +198,7 @@ def _check_room(out: Path, needed: int, func: str) -> None:
     if free < needed:
         raise parameter_error(
             func,
-            "path",
+            "out",
             f"a file on a disk with room for it (up to {needed / 2**20:.1f} MiB)",
             f"{os.fspath(out)!r} with {free / 2**20:.1f} MiB free",
             "Free space, or write to another disk.",

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._errors import parameter_error, refuse_existing
+from .._errors import deprecated_alias, parameter_error, refuse_existing
 from .fasta import PathLike, open_text, parse_int
 
 
@@ -254,12 +254,14 @@ def _bad_line(path: PathLike, lineno: int, line: str, expected: str) -> Exceptio
     )
 
 
-def write_bed(path: PathLike, regions: Regions, *, overwrite: bool = False) -> Path:
+@deprecated_alias(path="out")
+def write_bed(out: PathLike, regions: Regions, *, overwrite: bool = False) -> Path:
     """Write regions as BED4 (chrom, start, end, name), tab-separated, in the given order.
 
     Parameters
     ----------
-    path : str or path
+    out : str or path
+        The BED file to write.
     regions : Regions
     overwrite : bool
         Replace an existing file; without it an existing file is an error.
@@ -270,8 +272,8 @@ def write_bed(path: PathLike, regions: Regions, *, overwrite: bool = False) -> P
         The file written.
     """
     check_regions(regions, "write_bed")
-    out = Path(path)
-    refuse_existing("write_bed", "path", out, overwrite)
+    out = Path(out)
+    refuse_existing("write_bed", "out", out, overwrite)
     with open(out, "w") as handle:
         for chrom, start, end, name in zip(
             regions.chrom, regions.start, regions.end, regions.name, strict=True

@@ -260,7 +260,7 @@ def test_bigwig_export_on_a_full_disk_is_refused_not_stuck(tmpfs, hypothetical):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     message = _one_line(done.stdout)
-    assert "'path' parameter of write_bigwig must be a file on a disk with room" in message
+    assert "'out' parameter of write_bigwig must be a file on a disk with room" in message
     assert list(fs.path.iterdir()) == []
     fs.resize("8m")
     assert len(export_bigwig(path, fs.path, sizes)) == 2

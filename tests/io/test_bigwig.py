@@ -143,7 +143,7 @@ def test_write_bigwig_into_an_unwritable_folder_is_an_error_not_a_crash(
     monkeypatch.setattr(bigwig, "open", read_only, raising=False)
     monkeypatch.setattr(pyBigWig, "open", never)
     regions = Regions.from_arrays(["chr1"], [0], [4])
-    with pytest.raises(OSError, match=r"'path' parameter.*e\.bw.*[Rr]ead-only"):
+    with pytest.raises(OSError, match=r"'out' parameter.*e\.bw.*[Rr]ead-only"):
         write_bigwig(tmp_path / "e.bw", np.ones((1, 4)), regions, SIZES)
     assert list(tmp_path.iterdir()) == []
 
