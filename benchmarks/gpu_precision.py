@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import seqattrib as sa
-from seqattrib.backends import _torch as torch_backend
+from seqattrib.backends.torch import core as torch_backend
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ end. ``seqattrib.demo:torch_model`` and ``seqattrib.demo:keras_model`` name it f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -17,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._demo_files import data_dir
 from ._errors import SeqAttribWarning, parameter_error
 from ._optional import available, install_hint
 from .loader import DEMO_LENGTH as LENGTH
@@ -26,37 +26,6 @@ TASKS = ("GATA", "Ebox", "CTCF")
 #: The demo model was trained on the first sequences of ``demo_sequences.fa``; the rest are
 #: held out (``data/make_demo.py``).
 N_TRAIN = 1600
-
-
-def data_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The demo data folder: ``path``, ``$SEQATTRIB_DEMO_DATA``, the data installed with the
-    package, or ``data/`` of a checkout."""
-    candidates: list[Any] = [path]
-    if path is None:  # a folder given is the only one looked at
-        candidates += [os.environ.get("SEQATTRIB_DEMO_DATA"), _installed()]
-        candidates.append(Path(__file__).resolve().parents[1] / "data")
-    for candidate in candidates:
-        if candidate is not None and (Path(candidate) / "demo_sequences.fa").exists():
-            return Path(candidate)
-    raise parameter_error(
-        "demo",
-        "data",
-        "a folder with the demo files (demo_sequences.fa, demo_model.pt, ...)",
-        str(path) if path else "none installed with the package",
-        "Reinstall seqattrib, or pass the folder of the demo files.",
-        described=True,
-    )
-
-
-def _installed() -> Path | None:
-    """The demo files installed with the package (``seqattrib.demo_data``), if any."""
-    try:
-        spec = importlib.util.find_spec("seqattrib.demo_data")
-    except ModuleNotFoundError:  # a checkout on sys.path: the files are in data/
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 #: The ``pkg.module:factory`` names of the demo model (``--model seqattrib.demo:torch_model``).

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ._demo_files import data_dir
 from ._errors import InputShapeRefused, parameter_error
 
 #: The demo CNN: 200 bp in, 3 logits (GATA, Ebox, CTCF) out.
@@ -457,8 +458,6 @@ def demo_torch_model(weights: str | os.PathLike[str] | None = None) -> Any:
         torch.nn.Linear(DEMO_FILTERS, DEMO_OUTPUTS),
     )
     if weights is None:
-        from .demo import data_dir
-
         weights = data_dir() / "demo_model.pt"
     if weights != "":
         model.load_state_dict(torch.load(weights, weights_only=True))
@@ -471,8 +470,6 @@ def demo_keras_model(weights: str | os.PathLike[str] | None = None) -> Any:
     import keras
 
     if weights is None:
-        from .demo import data_dir
-
         weights = data_dir() / "demo_model.keras"
     if weights != "":
         return keras.models.load_model(weights)

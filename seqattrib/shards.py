@@ -1,5 +1,5 @@
 """Splitting one job over many processes: contiguous shards of X, their file names, the shard a
-scheduler assigned to this process, and one worker per local device.
+scheduler assigned to this process, and the checks a merge of shards makes.
 
 A shard run with ``out=`` records which rows of the whole job it holds, so that
 ``seqattrib.io.merge_tracks`` (``seqattrib merge``) can check the set and join it.
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numbers
 import os
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,43 +178,3 @@ def shard_path(out: str, index: int, count: int) -> str:
         return out.replace("{shard}", str(index))
     path = Path(out)
     return str(path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}"))
-
-
-def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = False) -> Path:
-    """Run the CLI ``command`` (``explain|ism ... --out F``) once per device, each worker on its
-    own shard with ``CUDA_VISIBLE_DEVICES`` set to its device, then merge their files into F."""
-    from .io.merge import merge_tracks
-
-    command = list(command)
-    if command and command[0] == "--":
-        command = command[1:]
-    given = [i for i, word in enumerate(command[:-1]) if word in ("--out", "-o")]
-    if not command or command[0] not in ("explain", "ism") or not given:
-        raise parameter_error(
-            "seqattrib launch",
-            "command",
-            "explain or ism with --out",
-            " ".join(command) or "nothing",
-        )
-    if "--shard" in command:
-        raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
-    out = command[given[-1] + 1]
-    workers = []
-    for index, device in enumerate(devices):
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)
-        for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "RANK", "WORLD_SIZE"):
-            env.pop(key, None)
-        argv = [sys.executable, "-m", "seqattrib", *command, "--shard", f"{index}/{len(devices)}"]
-        workers.append(subprocess.Popen(argv, env=env))
-    failed = [i for i, worker in enumerate(workers) if worker.wait() != 0]
-    if failed:
-        raise parameter_error(
-            "seqattrib launch",
-            "command",
-            "a command every worker completes",
-            f"failures in shard(s) {failed}",
-            "Rerun the same launch: finished shards are kept and unfinished ones resume.",
-            described=True,
-        )
-    shards = [shard_path(out, i, len(devices)) for i in range(len(devices))]
-    return merge_tracks(shards, out, overwrite=overwrite)

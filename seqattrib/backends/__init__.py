@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .._errors import parameter_error
-from ._protocol import (
+from .protocol import (
     Backend,
     CheckpointMismatch,
     Head,
@@ -50,11 +50,11 @@ _NAMES = ("torch", "tensorflow")
 def _instance(name: str) -> Backend:
     if name not in _INSTANCES:
         if name == "torch":
-            from ._torch import TorchBackend
+            from .torch.core import TorchBackend
 
             _INSTANCES[name] = TorchBackend()
         else:
-            from ._tensorflow import TensorFlowBackend
+            from .tensorflow.core import TensorFlowBackend
 
             _INSTANCES[name] = TensorFlowBackend()
     return _INSTANCES[name]
@@ -124,7 +124,7 @@ def get_backend(model: Any, backend: str | None = None) -> Backend:
 
 
 def capability(backend: Backend, kind: Any, func: str) -> Any:
-    """``backend`` as the capability ``kind`` (a protocol of ``_protocol``) that a method
+    """``backend`` as the capability ``kind`` (a protocol of ``protocol``) that a method
     needs, or a TypeError naming what the backend lacks."""
     if not isinstance(backend, kind):
         raise parameter_error(

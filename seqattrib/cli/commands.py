@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -13,7 +15,7 @@ from typing import Any, Literal
 from .._errors import parameter_error
 from .._optional import import_optional
 from ..loader import load_model, model_framework
-from ..shards import launch, resolve_shard, shard_path
+from ..shards import resolve_shard, shard_path
 from .messages import reading
 
 #: The image formats ``seqattrib plot`` writes, by file name suffix.
@@ -412,6 +414,46 @@ def merge(args: argparse.Namespace) -> Path:
     path = join(args.shards, args.out, overwrite=args.overwrite)
     print(path)
     return path
+
+
+def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = False) -> Path:
+    """Run the CLI ``command`` (``explain|ism ... --out F``) once per device, each worker on its
+    own shard with ``CUDA_VISIBLE_DEVICES`` set to its device, then merge their files into F."""
+    from ..io.merge import merge_tracks
+
+    command = list(command)
+    if command and command[0] == "--":
+        command = command[1:]
+    given = [i for i, word in enumerate(command[:-1]) if word in ("--out", "-o")]
+    if not command or command[0] not in ("explain", "ism") or not given:
+        raise parameter_error(
+            "seqattrib launch",
+            "command",
+            "explain or ism with --out",
+            " ".join(command) or "nothing",
+        )
+    if "--shard" in command:
+        raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
+    out = command[given[-1] + 1]
+    workers = []
+    for index, device in enumerate(devices):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)
+        for key in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "RANK", "WORLD_SIZE"):
+            env.pop(key, None)
+        argv = [sys.executable, "-m", "seqattrib", *command, "--shard", f"{index}/{len(devices)}"]
+        workers.append(subprocess.Popen(argv, env=env))
+    failed = [i for i, worker in enumerate(workers) if worker.wait() != 0]
+    if failed:
+        raise parameter_error(
+            "seqattrib launch",
+            "command",
+            "a command every worker completes",
+            f"failures in shard(s) {failed}",
+            "Rerun the same launch: finished shards are kept and unfinished ones resume.",
+            described=True,
+        )
+    shards = [shard_path(out, i, len(devices)) for i in range(len(devices))]
+    return merge_tracks(shards, out, overwrite=overwrite)
 
 
 def launch_workers(args: argparse.Namespace) -> Path:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._errors import SeqAttribWarning, deprecated_alias, parameter_error, user_stacklevel
 from .._optional import import_optional
-from ._hdf5 import failure
+from .hdf5 import failure
 from .tracks_format import decode_strings, open_tracks
 
 PathLike = str | os.PathLike[str]

@@ -14,8 +14,8 @@ from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from .._validation import first_difference
 from ..shards import check_complete, check_coverage, check_same_settings
-from ._hdf5 import LIBVER, abandon, failure
 from .fingerprint import regions_fingerprint
+from .hdf5 import LIBVER, abandon, failure
 from .lock import acquire
 from .tracks_format import FORMAT, decode_strings, open_tracks
 

@@ -12,18 +12,18 @@ from .._errors import parameter_error
 
 ALPHABET = "ACGT"
 
-_LOOKUP = np.full(256, 255, dtype=np.uint8)
+LOOKUP = np.full(256, 255, dtype=np.uint8)
 for _code, _base in enumerate(ALPHABET):
-    _LOOKUP[ord(_base)] = _code
-    _LOOKUP[ord(_base.lower())] = _code
-_LOOKUP[ord("N")] = 4
-_LOOKUP[ord("n")] = 4
+    LOOKUP[ord(_base)] = _code
+    LOOKUP[ord(_base.lower())] = _code
+LOOKUP[ord("N")] = 4
+LOOKUP[ord("n")] = 4
 _EYE = np.vstack([np.eye(4), np.zeros((1, 4))])
 
 
 def _codes(seq: str, index: int) -> np.ndarray:
     raw = seq.encode("latin-1", errors="replace")
-    codes = _LOOKUP[np.frombuffer(raw, dtype=np.uint8)]
+    codes = LOOKUP[np.frombuffer(raw, dtype=np.uint8)]
     bad = np.flatnonzero(codes == 255)
     if bad.size:
         pos = int(bad[0])

@@ -25,8 +25,8 @@ from .._optional import import_optional
 from .._version import __version__
 from ..engine.source import SequenceSource
 from . import lock as _lock
-from ._hdf5 import LIBVER, abandon, clear_write_flags, failure
 from .fingerprint import ROW_HASH_BYTES, regions_fingerprint, row_hashes
+from .hdf5 import LIBVER, abandon, clear_write_flags, failure
 from .tracks_format import FORMAT
 from .tracks_resume import FileIdentity, inspect, settings_text
 
@@ -141,7 +141,7 @@ class TrackWriter:
         except (OSError, RuntimeError) as exc:  # h5py reports failed writes as either
             self._give_up()
             action = f"writing rows {first}..{stop - 1}"
-            raise _write_error(self.func, self.path, action, exc, first) from exc
+            raise write_error(self.func, self.path, action, exc, first) from exc
         finally:
             self._in_commit = False
         self.n_completed = stop
@@ -175,7 +175,7 @@ class TrackWriter:
                     f.close()
                 except (OSError, RuntimeError) as exc:
                     abandon(f)
-                    raise _write_error(
+                    raise write_error(
                         self.func, self.path, "closing the file", exc, self.n_completed
                     ) from exc
         finally:
@@ -186,7 +186,7 @@ class TrackWriter:
             raise self._stopped()
 
 
-def _write_error(func: str, path: str, action: str, exc: BaseException, kept: int) -> OSError:
+def write_error(func: str, path: str, action: str, exc: BaseException, kept: int) -> OSError:
     code, reason = failure(exc)
     error = cast(
         OSError,
@@ -330,7 +330,7 @@ def _create(
     except OSError as exc:
         if os.path.exists(temp):
             os.remove(temp)
-        raise _write_error(func, path, "creating the file", exc, 0) from exc
+        raise write_error(func, path, "creating the file", exc, 0) from exc
     try:
         held.hold_file(temp, func)  # the file itself, whatever name will lead to it
         for name, row in rows.items():
@@ -397,7 +397,7 @@ def _create(
             if os.path.exists(leftover):
                 os.remove(leftover)
         if isinstance(exc, (OSError, RuntimeError)):
-            raise _write_error(func, path, "creating the file", exc, 0) from exc
+            raise write_error(func, path, "creating the file", exc, 0) from exc
         raise
     return TrackWriter(path, f, source, 0, func=func, lock=held, chunk_rows=chunk)
 
@@ -425,14 +425,14 @@ def _resume(
     try:
         f = h5py.File(path, "r+", libver=LIBVER)
     except OSError as exc:
-        raise _write_error(func, path, "reopening the file", exc, done) from exc
+        raise write_error(func, path, "reopening the file", exc, done) from exc
     try:
         chunk = int(f["attributions"].chunks[0])
         f.swmr_mode = True
     except BaseException as exc:
         abandon(f)
         if isinstance(exc, (OSError, RuntimeError)):
-            raise _write_error(func, path, "reopening the file", exc, done) from exc
+            raise write_error(func, path, "reopening the file", exc, done) from exc
         raise
     writer = TrackWriter(path, f, source, done, func=func, lock=held, chunk_rows=chunk)
     return writer, use_seed

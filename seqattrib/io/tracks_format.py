@@ -30,7 +30,7 @@ import numpy as np
 
 from .._errors import parameter_error
 from .._optional import import_optional
-from ._hdf5 import damaged, is_hdf5, open_read, short_reason
+from .hdf5 import damaged, is_hdf5, open_read, short_reason
 
 FORMAT = "seqattrib.tracks/2"
 #: Formats the readers accept (version 1 files have no fingerprints and are never resumed).

@@ -13,8 +13,8 @@ import numpy as np
 from .._errors import parameter_error
 from .._validation import first_difference
 from ..engine.source import SequenceSource
-from ._hdf5 import damaged, is_hdf5
 from .fingerprint import row_hashes
+from .hdf5 import damaged, is_hdf5
 from .tracks_format import (
     DAMAGED_FIX,
     FORMAT,

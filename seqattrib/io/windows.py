@@ -15,7 +15,7 @@ from numpy.typing import DTypeLike
 
 from .._errors import SeqAttribWarning, parameter_error
 from .fasta import Genome, PathLike
-from .onehot import _LOOKUP
+from .onehot import LOOKUP
 from .regions import Regions, check_length, check_regions
 
 _EXAMPLES_SHOWN = 3
@@ -128,7 +128,7 @@ def extract_windows(
         block = range(first, min(first + _BLOCK, len(kept)))
         for row, i in enumerate(block):
             seq = fetch(str(kept.chrom[i]), int(kept.start[i]), int(kept.end[i]))
-            codes[row] = _LOOKUP[np.frombuffer(seq.encode("latin-1", "replace"), dtype=np.uint8)]
+            codes[row] = LOOKUP[np.frombuffer(seq.encode("latin-1", "replace"), dtype=np.uint8)]
         rows, out = codes[: len(block)], X[block.start : block.stop]
         if (rows == 255).any():
             bad = first + int(np.flatnonzero((rows == 255).any(axis=1))[0])

@@ -31,8 +31,8 @@ from .._errors import parameter_error
 from .._optional import import_optional
 from .._validation import first_difference
 from ..io import lock as _lock
-from ..io._hdf5 import failure
-from ..io.tracks import _write_error
+from ..io.hdf5 import failure
+from ..io.tracks import write_error
 from .catalog import Skipped, VariantStream
 
 FORMAT = "seqattrib.variant_effects/1"
@@ -395,7 +395,7 @@ class EffectsWriter:
         try:
             self._fd = os.open(self.text, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
-            raise _write_error(
+            raise write_error(
                 self.func, self.text, "reopening the file", exc, self.n_completed
             ) from exc
 
@@ -409,7 +409,7 @@ class EffectsWriter:
         except OSError as exc:
             if os.path.exists(partial):
                 os.remove(partial)
-            raise _write_error(self.func, self.text, "creating the file", exc, 0) from exc
+            raise write_error(self.func, self.text, "creating the file", exc, 0) from exc
 
     def _reuse_read_only(self, overwrite: bool) -> None:
         """In a folder this process cannot write: a finished table of the same job is reused."""
@@ -558,7 +558,7 @@ class EffectsWriter:
         except OSError as exc:
             self._give_up()
             action = f"writing rows {start}..{start + n - 1}"
-            raise _write_error(self.func, self.text, action, exc, start) from exc
+            raise write_error(self.func, self.text, action, exc, start) from exc
         self._size += len(data)
         self.n_completed = start + n
 
@@ -590,7 +590,7 @@ class EffectsWriter:
                 try:
                     os.close(fd)
                 except OSError as exc:
-                    raise _write_error(
+                    raise write_error(
                         self.func, self.text, "closing the file", exc, self.n_completed
                     ) from exc
             if self._lock is not None and self.n_completed == self.n_variants:
@@ -609,7 +609,7 @@ class EffectsWriter:
             except OSError as exc:
                 if os.path.exists(path + ".new"):
                     os.remove(path + ".new")
-                raise _write_error(
+                raise write_error(
                     self.func, self.text, "converting it to Parquet", exc, self.n_completed
                 ) from exc
         os.remove(self.text)

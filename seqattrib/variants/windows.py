@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._errors import parameter_error
-from ..io.onehot import _LOOKUP
+from ..io.onehot import LOOKUP
 
 
 def centre(length: int) -> int:
@@ -80,7 +80,7 @@ def encode(texts: list[str], length: int, labels: list[str], func: str) -> np.nd
     """One-hot ``(n, length, 4)`` int8 of equal-length texts over ACGTN (either case); another
     letter is an error naming the variant (``labels``) and the letter."""
     joined = "".join(texts).encode("latin-1", "replace")
-    codes = _LOOKUP[np.frombuffer(joined, dtype=np.uint8)].reshape(len(texts), length)
+    codes = LOOKUP[np.frombuffer(joined, dtype=np.uint8)].reshape(len(texts), length)
     bad = codes == 255
     if bad.any():
         row, pos = (int(v) for v in np.argwhere(bad)[0])

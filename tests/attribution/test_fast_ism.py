@@ -20,7 +20,7 @@ import seqattrib as sa
 from seqattrib._errors import SeqAttribWarning
 from seqattrib.attribution.mutagenesis import choice
 from seqattrib.attribution.mutagenesis.plan import FastPlan, plan_windows
-from seqattrib.backends._local_graph import LocalGraph, LocalNode
+from seqattrib.backends.local_graph import LocalGraph, LocalNode
 
 LENGTHS = {"bpnet": 70, "basset": 60, "crested": 80, "convnet": 24}
 
@@ -307,7 +307,7 @@ def test_wide_layers_run_in_chunks_of_a_batch(monkeypatch, kind):
     under it: the batch splits into chunks at wider layers (and again at wider ones), and the
     scores are those of the exact path."""
     from seqattrib.attribution.mutagenesis.fast import FastForward
-    from seqattrib.backends import _torch_windows
+    from seqattrib.backends.torch import windows as torch_windows
 
     if kind == "bpnet-lite":  # a crop, a mean over it as sums of residual terms
         import published_models as published
@@ -333,7 +333,7 @@ def test_wide_layers_run_in_chunks_of_a_batch(monkeypatch, kind):
 
     monkeypatch.setattr(FastForward, "_in_chunks", spy)
     for limit in (3000, 20000):
-        monkeypatch.setattr(_torch_windows, "CPU_PASS_BYTES", limit)
+        monkeypatch.setattr(torch_windows, "CPU_PASS_BYTES", limit)
         choice.clear_plans()
         splits.clear()
         with warnings.catch_warnings():

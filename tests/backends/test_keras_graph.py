@@ -13,8 +13,8 @@ import pytest
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-from seqattrib.backends._keras_graph import keras_local_graph  # noqa: E402
-from seqattrib.backends._local_graph import GraphUnsupported, LocalGraph  # noqa: E402
+from seqattrib.backends.keras.graph import keras_local_graph  # noqa: E402
+from seqattrib.backends.local_graph import GraphUnsupported, LocalGraph  # noqa: E402
 
 layers = keras.layers
 

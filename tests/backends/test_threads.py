@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import seqattrib as sa
-from seqattrib.backends import _torch
-from seqattrib.backends._threads import affinity_cpus, available_cpus
+from seqattrib._threads import affinity_cpus, available_cpus
+from seqattrib.backends.torch import core as torch_core
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_torch_runs_with_at_most_one_thread_per_available_cpu(monkeypatch):
             seen.append(torch.get_num_threads())
             return self.inner(x)
 
-    monkeypatch.setattr(_torch, "available_cpus", lambda: 1)
+    monkeypatch.setattr(torch_core, "available_cpus", lambda: 1)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -60,11 +60,11 @@ def test_tensorflow_under_a_cpu_quota_says_how_to_set_its_threads(monkeypatch):
     """TensorFlow's pools cannot be resized once it runs: with its default thread count and a
     quota below the CPUs it sees, a call says which setting to make."""
     tf = pytest.importorskip("tensorflow")
-    from seqattrib.backends import _tensorflow
+    from seqattrib.backends.tensorflow import core as tensorflow_core
 
     if affinity_cpus() < 2:
         pytest.skip("needs two CPUs to simulate a quota of one")
-    monkeypatch.setattr(_tensorflow, "available_cpus", lambda: 1)
+    monkeypatch.setattr(tensorflow_core, "available_cpus", lambda: 1)
     monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 0)
     model = models.keras_model("convnet", models.convnet_weights(), 12, "NLC")
     with pytest.warns(sa.SeqAttribWarning, match=r"set_intra_op_parallelism_threads\(1\)"):

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqattrib.backends._local_graph import GraphUnsupported, LocalGraph, NothingLocal
-from seqattrib.backends._torch_graph import torch_local_graph
+from seqattrib.backends.local_graph import GraphUnsupported, LocalGraph, NothingLocal
+from seqattrib.backends.torch.graph import torch_local_graph
 
 
 def node_values(graph: LocalGraph, x: torch.Tensor) -> list[Any]:

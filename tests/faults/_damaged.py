@@ -53,7 +53,7 @@ def _set_attribute(path: Path, name: str, value: str) -> None:
 def _flagged(data: bytes) -> bytes:
     """The file with the "open for writing" flags of its (version 2 or 3) superblock set, as a
     killed single-writer-mode writer leaves them."""
-    from seqattrib.io._hdf5 import lookup3
+    from seqattrib.io.hdf5 import lookup3
 
     head = bytearray(data[:64])
     assert head[8] in (2, 3), "the test file has a version 2 or 3 superblock"

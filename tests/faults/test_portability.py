@@ -19,7 +19,7 @@ from models import convnet_weights, random_one_hot, torch_model
 
 import seqattrib as sa
 from seqattrib.io import read_tracks
-from seqattrib.io._hdf5 import lookup3
+from seqattrib.io.hdf5 import lookup3
 from seqattrib.io.merge import merge_tracks
 
 #: The newest message versions HDF5 1.10 reads (superblock 3 is what SWMR needs).

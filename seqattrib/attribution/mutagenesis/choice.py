@@ -14,7 +14,7 @@ import numpy as np
 
 from ..._errors import SeqAttribWarning
 from ...backends import WindowedBackend
-from ...backends._local_graph import GraphUnsupported, NothingLocal
+from ...backends.local_graph import GraphUnsupported, NothingLocal
 from ...engine import SequenceSource
 from ...engine.outputs import Head
 from .fast import fast_forward

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...backends import WindowedForward
-from ...backends._local_graph import LocalNode
+from ...backends.local_graph import LocalNode
 from .layout import Layout, fill_key
 from .plan import COST_BATCH, FastPlan, input_width
 

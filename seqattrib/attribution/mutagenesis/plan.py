@@ -4,7 +4,7 @@ change, and what each path costs.
 A substitution at position p changes a convolution's output only within its receptive field
 of p, a pointwise layer's output only where its input changed, and so on up to the first layer
 whose output at any position may depend on every input position. ``plan_windows`` works out,
-for every node of a model's local prefix (``backends._local_graph``) and every mutated position,
+for every node of a model's local prefix (``backends.local_graph``) and every mutated position,
 the window of positions that can differ. Windows have one width per node and move with the
 mutation without being clipped at the ends of the sequence: a window that reaches past an end
 holds "virtual" positions there, so one node's window sits at the same offset inside the next
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backends._local_graph import GraphUnsupported, LocalGraph, LocalNode
+from ...backends.local_graph import GraphUnsupported, LocalGraph, LocalNode
 
 #: A node whose window would be this many times wider than the node is computed over all its
 #: positions instead (windows may be somewhat wider than the node: they move with the mutation

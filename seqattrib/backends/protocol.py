@@ -158,7 +158,7 @@ class WindowedForward(Protocol):
         length_axis: int,
         output_fn: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """The model's local prefix (``_local_graph.LocalGraph``), without the layers only the
+        """The model's local prefix (``local_graph.LocalGraph``), without the layers only the
         outputs ``output_fn`` never reads need; raises ``GraphUnsupported`` naming the layer
         when it cannot be split."""
 

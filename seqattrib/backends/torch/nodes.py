@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ._local_graph import LocalNode
+from ..local_graph import LocalNode
 
 
 def shape_of(node: Any) -> tuple[int, ...] | None:

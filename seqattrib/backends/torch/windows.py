@@ -3,7 +3,7 @@
 Windows are cut, joined and padded with their positions outermost in memory (a tensor whose
 positions lie on axis 2 is stored as its (N, L, C) transpose): one window of one sequence is
 then one contiguous block, so gathering windows copies whole blocks, and the torch reader runs
-convolutions and pooling on such tensors in the channels-last format (``_torch_ops``).
+convolutions and pooling on such tensors in the channels-last format (``local_ops``).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class TorchWindowedForward:
         length_axis: int,
         output_fn: Callable[[Any], Any] | None = None,
     ) -> Any:
-        from ._torch_graph import torch_local_graph
+        from .graph import torch_local_graph
 
         return torch_local_graph(model, row_shape, length_axis, output_fn)
 

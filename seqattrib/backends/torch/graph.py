@@ -7,7 +7,7 @@ and ``if X_ctl is None`` takes its branch in Python. Shapes come from one exampl
 constants, and what only the rest of the model reads (the tuple element a wrapper drops) is
 removed. Operations that act per position, through a sliding window, across aligned local
 tensors, or as a sum, mean or maximum over positions become ``LocalNode`` s
-(``_torch_ops``); the first operation on each path that is anything else ends the prefix, and
+(``local_ops``); the first operation on each path that is anything else ends the prefix, and
 everything from there on is copied into a tail ``GraphModule`` whose inputs are the cut nodes.
 """
 
@@ -24,9 +24,9 @@ from torch import nn
 from torch.fx.node import map_arg
 from torch.fx.passes.shape_prop import ShapeProp
 
-from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
-from ._torch_nodes import describe, shape_of
-from ._torch_ops import classify
+from ..local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
+from .local_ops import classify
+from .nodes import describe, shape_of
 
 #: The batch size, in folded shape arithmetic (its value is not a constant of the graph).
 _BATCH = object()
@@ -200,7 +200,7 @@ class _Reader:
 
 class _Tail:
     """The rest of the model from the cut values, given in the layout the model made them in:
-    windows are positions-major in memory (``_torch_windows``), and the rest of a model may
+    windows are positions-major in memory (``windows``), and the rest of a model may
     ``view`` them."""
 
     def __init__(self, module: fx.GraphModule) -> None:

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._local_graph import GraphUnsupported, LocalNode
-from ._torch_nodes import Context, argument, bind
+from ..local_graph import GraphUnsupported, LocalNode
+from .nodes import Context, argument, bind
 
 
 def conv(ctx: Context, m: nn.Conv1d) -> LocalNode:
@@ -122,7 +122,7 @@ def nan_average(w: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
 
 def channels_last(w: torch.Tensor) -> torch.Tensor:
     """(B, C, W) as a (B, C, 1, W) channels-last tensor: a view of a positions-major window
-    (``_torch_windows``), a copy of any other. Convolutions and pooling run on windows in this
+    (``windows``), a copy of any other. Convolutions and pooling run on windows in this
     format (oneDNN's channels-last kernels), and their outputs stay positions-major."""
     return w.unsqueeze(2).contiguous(memory_format=torch.channels_last)
 

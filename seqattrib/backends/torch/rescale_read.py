@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._protocol import RescaleReport, RescaleUnsupported
+from ..protocol import RescaleReport, RescaleUnsupported
 
 #: Elementwise functions of one varying tensor: the rescale rule.
 _RESCALE = frozenset(

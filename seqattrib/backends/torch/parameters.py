@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ._protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
+from ..protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
 
 
 class TorchParameterGradients:

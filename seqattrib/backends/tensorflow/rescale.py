@@ -32,8 +32,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
-from ._protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
-from ._tensorflow_params import call_model, is_keras
+from ..protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
+from .parameters import call_model, is_keras
 
 _RESCALE_OPS = frozenset("Relu Relu6 Elu Selu LeakyRelu Sigmoid Tanh Softplus Softsign Exp".split())
 _MAX_OPS = frozenset(["MaxPool", "Max"])
@@ -188,13 +188,13 @@ _register()
 def _elementwise_activation(fn: Any) -> bool:
     """A Keras activation (or TensorFlow function) known to act elementwise, other than the
     identity: one that the wrappers may rescale as a whole."""
-    from ._keras_calls import _KERAS_ACTIVATIONS, _LAST_AXIS_ACTIVATIONS, _TF_ELEMENTWISE
+    from ..keras.nodes import KERAS_ACTIVATIONS, LAST_AXIS_ACTIVATIONS, TF_ELEMENTWISE
 
     name = getattr(fn, "__name__", "")
-    if id(fn) in _KERAS_ACTIVATIONS:
-        return name not in _LAST_AXIS_ACTIVATIONS and name != "linear"
+    if id(fn) in KERAS_ACTIVATIONS:
+        return name not in LAST_AXIS_ACTIVATIONS and name != "linear"
     module = getattr(fn, "__module__", "") or ""
-    return module.startswith("tensorflow") and name in _TF_ELEMENTWISE and name != "identity"
+    return module.startswith("tensorflow") and name in TF_ELEMENTWISE and name != "identity"
 
 
 class _RescaledActivation:

@@ -17,9 +17,9 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from ._local_graph import GraphUnsupported, LocalNode
-from ._torch_nodes import Context, argument, bind, shape_of
-from ._torch_window_ops import conv, functional_pad, pad, pair, pool
+from ..local_graph import GraphUnsupported, LocalNode
+from .nodes import Context, argument, bind, shape_of
+from .window_ops import conv, functional_pad, pad, pair, pool
 
 _POINTWISE_MODULES = (
     nn.ReLU,

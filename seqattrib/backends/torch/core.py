@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._errors import SeqAttribWarning, parameter_error
-from .._validation import check_device
-from ._protocol import Head, OutOfDeviceMemory, TransferStats
-from ._threads import available_cpus
-from ._torch_grad import target_gradients
-from ._torch_params import TorchParameterGradients
-from ._torch_rescale import TorchRescaleGradients
-from ._torch_windows import TorchWindowedForward
+from ..._errors import SeqAttribWarning, parameter_error
+from ..._threads import available_cpus
+from ..._validation import check_device
+from ..protocol import Head, OutOfDeviceMemory, TransferStats
+from .gradients import target_gradients
+from .parameters import TorchParameterGradients
+from .rescale import TorchRescaleGradients
+from .windows import TorchWindowedForward
 
 _DTYPES = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32}
 

@@ -11,16 +11,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._errors import SeqAttribWarning, parameter_error
-from ._protocol import Head, OutOfDeviceMemory, TransferStats
-from ._tensorflow_params import (
+from ..._errors import SeqAttribWarning, parameter_error
+from ..._threads import affinity_cpus, available_cpus
+from ..protocol import Head, OutOfDeviceMemory, TransferStats
+from .parameters import (
     TensorFlowParameterGradients,
     call_model,
     state_variables,
 )
-from ._tensorflow_rescale import TensorFlowRescaleGradients
-from ._tensorflow_windows import TensorFlowWindowedForward
-from ._threads import affinity_cpus, available_cpus
+from .rescale import TensorFlowRescaleGradients
+from .windows import TensorFlowWindowedForward
 
 _DTYPES = {"float32": tf.float32, "int64": tf.int64, "int32": tf.int32}
 

@@ -46,8 +46,8 @@ class TensorFlowWindowedForward:
     ) -> Any:
         import keras
 
-        from ._keras_graph import keras_local_graph
-        from ._local_graph import GraphUnsupported
+        from ..keras.graph import keras_local_graph
+        from ..local_graph import GraphUnsupported
 
         if not isinstance(model, keras.Model):
             raise GraphUnsupported(f"{type(model).__name__} is not a Keras model")

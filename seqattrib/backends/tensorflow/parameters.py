@@ -11,7 +11,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
+from ..protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
 
 
 def is_keras(model: Any) -> bool:

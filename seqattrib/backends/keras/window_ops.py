@@ -10,7 +10,8 @@ from typing import Any
 
 from keras import ops
 
-from ._keras_calls import (
+from ..local_graph import LocalNode
+from .nodes import (
     Call,
     NonLocal,
     activation_ok,
@@ -21,7 +22,6 @@ from ._keras_calls import (
     same_pad_left,
     unsupported,
 )
-from ._local_graph import LocalNode
 
 
 # ---------------------------------------------------------------------- convolution

@@ -16,7 +16,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from ._keras_calls import (
+from ..local_graph import LocalNode
+from .nodes import (
     ELEMENTWISE_LAYERS,
     IDENTITY_LAYERS,
     Call,
@@ -28,8 +29,7 @@ from ._keras_calls import (
     plain,
     unsupported,
 )
-from ._keras_windows import conv, global_pool, pool
-from ._local_graph import LocalNode
+from .window_ops import conv, global_pool, pool
 
 __all__ = ["NonLocal", "classify", "describe"]
 

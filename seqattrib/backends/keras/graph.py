@@ -15,12 +15,12 @@ become ``fixed`` nodes, computed once per sequence and never per mutant.
 
 A layer call becomes ``LocalNode`` s when every tensor it reads is local or fixed and the layer
 acts per position, through a sliding window, on aligned local tensors, or as a global average
-or maximum (``_keras_layers``). Any other call (``Dense`` on a flattened tensor, ``Flatten``,
+or maximum (``local_ops``). Any other call (``Dense`` on a flattened tensor, ``Flatten``,
 ``Lambda``, recurrent layers, ``keras.ops`` operations, unknown layers) is part of the tail,
 and the local tensors it reads are the cut.
 
 The tail re-runs the model's own nodes from the cut values (as ``Functional.call`` does, with
-``training=False``, ``_keras_tail``) rather than through ``keras.Model(cut_tensors, outputs)``:
+``training=False``, ``tail``) rather than through ``keras.Model(cut_tensors, outputs)``:
 that constructor clones the graph onto the model's layers on every call, and fails when a cut
 tensor is itself a model output.
 """
@@ -33,9 +33,9 @@ from typing import Any
 import keras
 import numpy as np
 
-from ._keras_layers import NonLocal, classify, describe
-from ._keras_tail import Call, Flat, Run, flatten
-from ._local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
+from ..local_graph import GraphUnsupported, LocalGraph, LocalNode, NothingLocal, unread_outputs
+from .local_ops import NonLocal, classify, describe
+from .tail import Call, Flat, Run, flatten
 
 Key = tuple[Any, ...]
 

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ._protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
-from ._torch_grad import target_gradients
-from ._torch_rescale_read import ModelReader, describe_call, module_names, refuse_hidden, rule_kind
+from ..protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
+from .gradients import target_gradients
+from .rescale_read import ModelReader, describe_call, module_names, refuse_hidden, rule_kind
 
 
 def _values(out: Any) -> torch.Tensor:

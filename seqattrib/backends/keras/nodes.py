@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from ._local_graph import GraphUnsupported, LocalNode
+from ..local_graph import GraphUnsupported, LocalNode
 
 layers = keras.layers
 
@@ -30,9 +30,9 @@ IDENTITY_LAYERS: tuple[type, ...] = tuple(
 #: Elementwise layers (parameters, if any, shared by every position).
 ELEMENTWISE_LAYERS: tuple[type, ...] = (layers.ReLU, layers.LeakyReLU, layers.ELU)
 #: Keras activations that act along axis -1 (all others are elementwise).
-_LAST_AXIS_ACTIVATIONS = {"softmax", "log_softmax", "glu", "sparsemax"}
+LAST_AXIS_ACTIVATIONS = {"softmax", "log_softmax", "glu", "sparsemax"}
 #: TensorFlow functions passed as activations that are elementwise, by name.
-_TF_ELEMENTWISE = {
+TF_ELEMENTWISE = {
     "relu",
     "relu6",
     "elu",
@@ -51,7 +51,7 @@ _TF_ELEMENTWISE = {
     "square",
     "log_sigmoid",
 }
-_KERAS_ACTIVATIONS = {
+KERAS_ACTIVATIONS = {
     id(getattr(keras.activations, name))
     for name in dir(keras.activations)
     if not name.startswith("_") and callable(getattr(keras.activations, name))
@@ -85,12 +85,12 @@ def activation_ok(fn: Any, channel_axis: int) -> str | None:
     """None when ``fn`` acts per position on a tensor with channels on ``channel_axis``, else
     why not."""
     name = getattr(fn, "__name__", type(fn).__name__)
-    if id(fn) in _KERAS_ACTIVATIONS:
-        if name in _LAST_AXIS_ACTIVATIONS and channel_axis != 2:
+    if id(fn) in KERAS_ACTIVATIONS:
+        if name in LAST_AXIS_ACTIVATIONS and channel_axis != 2:
             return f"activation '{name}' acts along the positions (axis -1)"
         return None
     module = getattr(fn, "__module__", "") or ""
-    if module.startswith("tensorflow") and name in _TF_ELEMENTWISE:
+    if module.startswith("tensorflow") and name in TF_ELEMENTWISE:
         return None
     return (
         f"activation {name!r} is a custom function, so fast ISM cannot tell that it acts per "
