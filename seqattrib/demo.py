@@ -72,8 +72,9 @@ def run_demo(
     is refused unless ``overwrite=True``. Outputs whose optional dependency is missing (bigWig:
     pyBigWig; the logo: matplotlib) are skipped, with a warning before the work starts.
 
-    Returns what was written and the fraction of sequences whose top projected base lies in
-    the planted motif of the explained task.
+    Returns what was written, the fraction of sequences whose top projected base lies in
+    the planted motif of the explained task, and the outputs skipped (each with why: the
+    missing module, or no held-out GATA sequence to draw the logo of).
     """
     import seqattrib as sa
 
@@ -140,8 +141,12 @@ def run_demo(
         start, end = demo["motif_starts"][test[positive], k], demo["motif_ends"][test[positive], k]
         inside = (top >= start) & (top < end)
         hits[task] = (float(inside.mean()) if inside.size else float("nan"), len(positive))
+    gata_rows = np.flatnonzero(demo["labels"][test, 0] > 0)
+    if "logo" not in skipped and gata_rows.size == 0:
+        skipped["logo"] = "no held-out sequence of this run has a planted GATA site"
+        warnings.warn(f"logo skipped: {skipped['logo']}", SeqAttribWarning, stacklevel=2)
     if "logo" not in skipped:
-        first = int(np.flatnonzero(demo["labels"][test, 0] > 0)[0])
+        first = int(gata_rows[0])
         s = int(demo["motif_starts"][test[first], 0])
         contributions = hypothetical[first, 0] * X[first]
         logo = outdir / "logo_GATA.png"

@@ -88,6 +88,14 @@ def test_demo_explains_only_held_out_sequences(tmp_path, capsys):
     assert not (tmp_path / "d").exists()
 
 
+def test_demo_without_a_held_out_gata_sequence_skips_the_logo_and_says_why(tmp_path, capsys):
+    data = demo.load_data()
+    n = max(n for n in range(1, 20) if data["labels"][-n:, 0].max() <= 0)  # no GATA site
+    assert main(["demo", "-o", str(tmp_path), "--n-sequences", str(n), "--quiet"]) == 0
+    assert "logo skipped" in capsys.readouterr().err
+    assert (tmp_path / "tracks.h5").exists() and not (tmp_path / "logo_GATA.png").exists()
+
+
 def test_demo_data_folder_that_does_not_exist_is_one_line(tmp_path, capsys):
     err = _error(_demo(tmp_path / "d", "--data", str(tmp_path / "nowhere")), capsys)
     assert "--data" in err and "nowhere" in err
@@ -287,12 +295,13 @@ def test_scheduler_variables_that_are_not_integers(files, tmp_path, capsys, monk
 
 
 # --------------------------------------------------------------------------- Ctrl-C
-def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
+@pytest.mark.parametrize("model", ["sleepy", "deaf"])  # deaf: swallows the KeyboardInterrupt
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path, model):
     data = demo.load_data()
     fasta = tmp_path / "many.fa"
     fasta.write_text("".join(f">s{i}\n{s}\n" for i, s in enumerate(data["sequences"][:100])))
     out = tmp_path / "t.h5"
-    argv = [sys.executable, "-m", "seqattrib", "explain", "--model", "slow_models:sleepy"]
+    argv = [sys.executable, "-m", "seqattrib", "explain", "--model", f"slow_models:{model}"]
     argv += ["--fasta", str(fasta), "--method", "saliency", "--batch-size", "2", "--quiet"]
     argv += ["--max-cpu-sequences", "2", "--out", str(out)]
     path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])

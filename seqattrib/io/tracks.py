@@ -64,35 +64,46 @@ class TrackWriter:
         self._n_pending = 0
         self._in_commit = False
         self._stop_signal: str | None = None
-        self._previous_handler: Any = None
+        self._previous_handlers: dict[int, Any] = {}
         # Open once and kept open: closing a dataset flushes its chunk cache, and h5py reports
         # a failure there (a full disk) nowhere; writes fail in ``flush`` instead.
         self._datasets = {name: h5file[name] for name in h5file} if h5file is not None else {}
         if h5file is not None:
-            self._catch_sigterm()
+            self._catch_signals()
 
     # ----------------------------------------------------------------- signals
-    def _catch_sigterm(self) -> None:
+    def _catch_signals(self) -> None:
+        """SIGTERM and Ctrl-C (SIGINT) stop the run between rows, never inside a commit, and
+        are remembered: an interrupt that C code swallowed still stops the next write."""
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
-            return  # the application handles SIGTERM itself
-        self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        defaults = {
+            signal.SIGTERM: (signal.SIG_DFL, None),
+            signal.SIGINT: (signal.default_int_handler,),
+        }
+        for signum, default in defaults.items():
+            if signal.getsignal(signum) in default:  # else the application handles it itself
+                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
-    def _restore_sigterm(self) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGTERM, self._previous_handler)
-            self._previous_handler = None
+    def _restore_signals(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self._stop_signal = "SIGTERM"
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop_signal = signal.Signals(signum).name
         if not self._in_commit:
             raise self._stopped()
 
-    def _stopped(self) -> InterruptedError:
-        return InterruptedError(
+    def _stopped(self) -> BaseException:
+        message = (
             f"{self.func} stopped by {self._stop_signal}: {self.path!r} holds {self.n_completed} "
             f"complete rows of {self.source.n_sequences}. Rerun the same command to resume."
+        )
+        return (
+            KeyboardInterrupt(message)
+            if self._stop_signal == "SIGINT"
+            else InterruptedError(message)
         )
 
     # ----------------------------------------------------------------- rows
@@ -149,7 +160,7 @@ class TrackWriter:
     # ----------------------------------------------------------------- end
     def _give_up(self) -> None:
         """After a failed write: close without writing more, release the lock."""
-        self._restore_sigterm()
+        self._restore_signals()
         if self.file is not None:
             abandon(self.file)
             self.file = None
@@ -166,7 +177,7 @@ class TrackWriter:
         return self.path
 
     def close(self) -> None:
-        self._restore_sigterm()
+        self._restore_signals()
         f, self.file, self._datasets = self.file, None, {}
         try:
             if f is not None and f.id.valid:
