@@ -28,7 +28,7 @@ EIG = [
     "3",
     "--n-steps",
     "4",
-    "--integration",
+    "--quadrature",
     "riemann_trapezoid",
     "--batch-size",
     "15",

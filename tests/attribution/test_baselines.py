@@ -117,7 +117,7 @@ def test_eig_takes_the_count_of_a_shared_array_of_baselines(conv_weights):
     refs = random_one_hot(5, LENGTH, seed=23)
     eig = sa.expected_integrated_gradients(model, X, baselines=refs)
     ig = [
-        sa.integrated_gradients(model, X, baselines=b, n_steps=3, method="gausslegendre")
+        sa.integrated_gradients(model, X, baselines=b, n_steps=3, quadrature="gausslegendre")
         for b in refs
     ]
     assert_close(eig, np.mean(ig, axis=0), FLOAT32)

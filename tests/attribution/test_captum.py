@@ -34,7 +34,7 @@ def test_integrated_gradients_match_captum(setup, rule, baseline):
         per_sequence = np.random.default_rng(5).random(X.shape).astype(np.float32) * 0.25
         ours_baselines, theirs = per_sequence, torch.from_numpy(per_sequence)
     ours = sa.integrated_gradients(
-        model, X, target=2, baselines=ours_baselines, n_steps=16, method=rule, batch_size=37
+        model, X, target=2, baselines=ours_baselines, n_steps=16, quadrature=rule, batch_size=37
     )
     reference = IntegratedGradients(model).attribute(
         torch.from_numpy(X), baselines=theirs, target=2, n_steps=16, method=rule
@@ -44,7 +44,9 @@ def test_integrated_gradients_match_captum(setup, rule, baseline):
 
 def test_several_targets_match_captum_calls(setup):
     model, X = setup
-    ours = sa.integrated_gradients(model, X, target=[0, 1, 2], n_steps=10, method="gausslegendre")
+    ours = sa.integrated_gradients(
+        model, X, target=[0, 1, 2], n_steps=10, quadrature="gausslegendre"
+    )
     ig = IntegratedGradients(model)
     for k in range(3):
         reference = ig.attribute(torch.from_numpy(X), target=k, n_steps=10, method="gausslegendre")

@@ -125,7 +125,7 @@ def test_delta_is_the_completeness_gap(conv_weights):
         target=2,
         baselines="uniform",
         n_steps=5,
-        method="riemann_middle",
+        quadrature="riemann_middle",
         return_delta=True,
     )
     with torch.no_grad():

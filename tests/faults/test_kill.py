@@ -26,7 +26,7 @@ KWARGS = dict(
     target=[0, 2],
     n_baselines=3,
     n_steps=4,
-    method="riemann_trapezoid",
+    quadrature="riemann_trapezoid",
     random_state=7,
     max_cpu_sequences=2,
 )

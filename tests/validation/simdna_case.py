@@ -210,8 +210,14 @@ def build_models(folder: Path | None = None, *, torch_layout: str = "NCL") -> tu
     """
     import torch  # before TensorFlow: the two can segfault in the other order
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    # full float32 through the per-backend API (setting the legacy allow_tf32 flags beside it
+    # leaves a mix that torch refuses to read later in the same process)
+    for setting in (
+        torch.backends.cudnn.conv,
+        torch.backends.cudnn.rnn,
+        torch.backends.cuda.matmul,
+    ):
+        setting.fp32_precision = "ieee"
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import tensorflow as tf
 
