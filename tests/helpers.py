@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 #: float32 on CPU, torch vs TensorFlow, closed forms.
@@ -16,3 +23,15 @@ def assert_close(actual: np.ndarray, desired: np.ndarray, tol: float) -> None:
     scale = max(1.0, float(np.max(np.abs(desired)))) if desired.size else 1.0
     err = float(np.max(np.abs(actual.astype(np.float64) - desired))) if desired.size else 0.0
     assert err <= tol * scale, f"max abs error {err:.3g} > {tol:g} * {scale:.3g}"
+
+
+def keras_on_torch(code: str, cwd: str | Path | None = None, timeout: float = 600) -> Any:
+    """Run ``code`` in a fresh interpreter with Keras on the torch backend (it cannot share a
+    process with Keras on TensorFlow); its last line of stdout, read as JSON."""
+    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd,
+        timeout=timeout,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

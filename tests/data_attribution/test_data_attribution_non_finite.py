@@ -6,15 +6,12 @@ indices of NaN scores or a raw LinAlgError."""
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+from helpers import keras_on_torch
 from tracin_models import LENGTH, one_torch_thread
 
 import seqattrib as sa
@@ -229,17 +226,7 @@ def test_keras_on_the_torch_backend(tmp_path):
     """TracIn (projected: it computes in fit) and TRAK, whose per-example gradients reach the
     Keras variables of a model on the torch backend."""
     code = KERAS_ON_TORCH.format(length=LENGTH, n=N_TRAIN, bad=BAD)
-    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    messages = json.loads(out.stdout.strip().splitlines()[-1])
+    messages = keras_on_torch(code, cwd=tmp_path, timeout=300)
     pattern = rf"NaN or inf model outputs for sequence {BAD} of X_train at checkpoints\[0\]"
     for message, func in zip(messages, ("TracIn.fit", "TRAK.fit"), strict=True):
         assert message.startswith(f"The 'model' parameter of {func}"), message

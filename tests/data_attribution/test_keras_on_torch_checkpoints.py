@@ -5,10 +5,7 @@ the sorted order swaps them, would otherwise be loaded swapped without any error
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+from helpers import keras_on_torch
 
 CODE = """
 import json
@@ -39,16 +36,6 @@ print(json.dumps({"loaded": loaded, "gap": gap}))
 
 
 def test_a_weight_list_loads_into_a_keras_model_on_torch_in_its_own_order(tmp_path):
-    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, "-c", CODE],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = keras_on_torch(CODE, cwd=tmp_path, timeout=300)
     assert result["loaded"]
     assert result["gap"] == 0.0  # the outputs of the model whose weights the list holds

@@ -6,10 +6,7 @@ at a time, reading each Keras variable's ``value.grad`` (the model runs in a sub
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+from helpers import keras_on_torch
 
 CODE = """
 import json
@@ -102,17 +99,7 @@ def _close(got, expected, tol=1e-5):
 
 
 def test_tracin_and_trak_of_a_keras_model_on_torch_trace_its_weights(tmp_path):
-    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, "-c", CODE],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = keras_on_torch(CODE, cwd=tmp_path, timeout=300)
     _close(*result["tracin"])  # lr * <g_test, g_train>, summed over the checkpoints
     _close(*result["trak"])
     for got, expected in result["margins"]:  # TRAK's output function, per checkpoint
