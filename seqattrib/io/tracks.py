@@ -197,7 +197,9 @@ class TrackWriter:
             raise self._stopped()
 
 
-def write_error(func: str, path: str, action: str, exc: BaseException, kept: int) -> OSError:
+def disk_error(func: str, path: str, action: str, exc: BaseException, fix: str) -> OSError:
+    """The one-line error of a failed write of ``out`` (a full disk: errno 28), naming it; the
+    errno of the failure is kept."""
     code, reason = failure(exc)
     error = cast(
         OSError,
@@ -206,14 +208,25 @@ def write_error(func: str, path: str, action: str, exc: BaseException, kept: int
             "out",
             "a file on a disk that can hold the results",
             f"{path!r}: {action} failed ({reason})",
-            f"The file keeps its {kept} complete rows: free space (or fix the disk) and rerun the "
-            "same command to resume.",
+            fix,
             error=OSError,
             described=True,
         ),
     )
     error.errno = code
     return error
+
+
+def write_error(func: str, path: str, action: str, exc: BaseException, kept: int) -> OSError:
+    """``disk_error`` of a tracks file that keeps ``kept`` complete rows."""
+    return disk_error(
+        func,
+        path,
+        action,
+        exc,
+        f"The file keeps its {kept} complete rows: free space (or fix the disk) and rerun the "
+        "same command to resume.",
+    )
 
 
 def open_track_writer(

@@ -31,8 +31,7 @@ from .._errors import parameter_error
 from .._optional import import_optional
 from .._validation import first_difference
 from ..io import lock as _lock
-from ..io.hdf5 import failure
-from ..io.tracks import write_error
+from ..io.tracks import disk_error, write_error
 from .catalog import Skipped, VariantStream
 
 FORMAT = "seqattrib.variant_effects/1"
@@ -177,25 +176,6 @@ class Reading:
                 described=True,
             ),
         )
-
-
-def disk_error(func: str, path: str, action: str, exc: BaseException, fix: str) -> OSError:
-    """The one-line error of a failed write of ``out`` (a full disk: errno 28), naming it."""
-    code, reason = failure(exc)
-    error = cast(
-        OSError,
-        parameter_error(
-            func,
-            "out",
-            "a file on a disk that can hold it",
-            f"{path!r}: {action} failed ({reason})",
-            fix,
-            error=OSError,
-            described=True,
-        ),
-    )
-    error.errno = code
-    return error
 
 
 def expected_columns(settings: dict[str, Any]) -> list[str] | None:

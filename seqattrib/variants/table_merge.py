@@ -12,6 +12,7 @@ from typing import Any, TypeGuard
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from ..io.lock import acquire
+from ..io.tracks import disk_error
 from ..shards import check_complete, check_coverage, check_same_settings
 from .table import (
     IDENTITY,
@@ -22,7 +23,6 @@ from .table import (
     _settings_line,
     companion,
     compared_settings,
-    disk_error,
     escape,
     expected_columns,
     parquet_batches,
