@@ -79,6 +79,12 @@ class MethodFlag:
         p.add_argument(self.flag, *self.old, action=action, help=text, **options)
 
 
+def _add_out(p: argparse.ArgumentParser, old: str, help: str, **options: Any) -> None:
+    """``-o/--out``, what the command writes; ``old`` is its earlier spelling, still accepted
+    with a warning."""
+    p.add_argument("-o", "--out", old, action=RenamedFlag, help=help, **options)
+
+
 def takes(method: Any, keyword: str) -> bool:
     """Whether a flag reaches ``method``'s ``keyword``: the method has it and the command
     line does not fix it."""
@@ -331,14 +337,7 @@ def export(sub: Any) -> Parser:
     p = _sub(sub, "export", "TF-MoDISco inputs or bigWig tracks from a tracks file")
     p.add_argument("format", choices=["modisco", "bigwig"], help="what to write")
     p.add_argument("tracks", help="a tracks file written by explain or ism")
-    p.add_argument(
-        "-o",
-        "--out",
-        "--outdir",
-        action=RenamedFlag,
-        required=True,
-        help="output folder (made if missing)",
-    )
+    _add_out(p, "--outdir", "output folder (made if missing)", required=True)
     p.add_argument("--chrom-sizes", help="bigwig: the genome's chrom sizes file")
     p.add_argument(
         "--class-names",
@@ -371,14 +370,7 @@ def plot(sub: Any) -> Parser:
     )
     p.add_argument("--start", type=int, help="first position drawn, 0-based in the window")
     p.add_argument("--end", type=int, help="position after the last one drawn")
-    p.add_argument(
-        "-o",
-        "--out",
-        "--output",
-        action=RenamedFlag,
-        required=True,
-        help="the image, written exactly there: .png, .pdf or .svg",
-    )
+    _add_out(p, "--output", "the image, written exactly there: .png, .pdf or .svg", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing image")
     return p
 
@@ -391,14 +383,7 @@ def merge(sub: Any) -> Parser:
         help="every shard file of the job, in any order: tracks files, or the tables of "
         "seqattrib variants (their attribution tracks are merged with them)",
     )
-    p.add_argument(
-        "-o",
-        "--out",
-        "--output",
-        action=RenamedFlag,
-        required=True,
-        help="the merged tracks file or table",
-    )
+    _add_out(p, "--output", "the merged tracks file or table", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     return p
 
@@ -424,14 +409,7 @@ def demo(sub: Any) -> Parser:
         "explain the packaged demo model end to end (run again, it reuses its own files; it "
         "replaces no other file without --overwrite)",
     )
-    p.add_argument(
-        "-o",
-        "--out",
-        "--outdir",
-        action=RenamedFlag,
-        default="seqattrib-demo",
-        help="output folder (default: %(default)s)",
-    )
+    _add_out(p, "--outdir", "output folder (default: %(default)s)", default="seqattrib-demo")
     p.add_argument(
         "--n-sequences",
         type=POSITIVE,
