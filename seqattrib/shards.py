@@ -146,6 +146,35 @@ def check_same_settings(
         )
 
 
+def check_shard_set(
+    func: str, spans: Sequence[tuple[Any, Mapping[str, int]]], unit: str
+) -> None:
+    """Refuse shards, each (path, span with ``index``, ``count``, ``start``, ``stop``,
+    ``total``) in order of ``start``, that repeat a shard, miss one, or do not cover ``unit``s
+    0 to ``total`` exactly once."""
+    count, total = spans[0][1]["count"], spans[0][1]["total"]
+    indices = [span["index"] for _, span in spans]
+    duplicated = sorted({i for i in indices if indices.count(i) > 1})
+    if duplicated:
+        raise parameter_error(
+            func,
+            "shards",
+            "each shard once",
+            f"shard {duplicated[0]} more than once",
+            described=True,
+        )
+    missing = sorted(set(range(count)) - set(indices))
+    if missing:
+        raise parameter_error(
+            func,
+            "shards",
+            f"all {count} shards",
+            f"no file for shard(s) {missing}",
+            described=True,
+        )
+    check_coverage(func, spans, total, unit)
+
+
 def check_coverage(
     func: str, spans: Sequence[tuple[Any, Mapping[str, int]]], total: int, unit: str
 ) -> None:

@@ -26,10 +26,13 @@ where ``Phi_c`` stacks the training features and ``Q`` is the out-to-loss weight
 
 from __future__ import annotations
 
+import functools
+import json
 import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,8 +42,10 @@ from .._errors import SeqAttribWarning, parameter_error
 from .._validation import check_batch_size, check_positive_int, resolve_seed
 from ..engine import SequenceSource
 from ..engine.outputs import Head
+from ..io.features import StoreFile, StoreWriter, open_store, store_path
 from .checkpoints import Checkpoints, Visit, preserved_state
-from .examples import Labels, checked_source, class_labels, label_array, n_outputs, ranked
+from .examples import Labels, checked_source, class_labels, label_array, n_outputs
+from .featurize import StoreJob, check_ids, checked_span, fill_store
 from .gradients import (
     GradientPlan,
     Rows,
@@ -51,8 +56,28 @@ from .gradients import (
 )
 from .outputs import NUMPY, TASKS, bound, out_to_loss
 from .projection import Projector, RandomProjection
+from .scoring import (
+    DEFAULT_GROUP,
+    check_group,
+    check_k,
+    check_scores_out,
+    dense_scores,
+    scores_file,
+    streamed_top_k,
+    test_groups,
+    train_blocks,
+)
 from .trak_cache import cache_key, cache_path, read_cache, write_cache
-from .trak_kernel import CONDITION_WARNING, KernelFit, accumulate, fit_kernel
+from .trak_kernel import (
+    CONDITION_WARNING,
+    KernelFit,
+    add_scores,
+    block_rows,
+    condition,
+    fit_kernel,
+    self_scores,
+    solve,
+)
 
 #: proj_dim=None builds a (n_params x n_params) float64 kernel: refuse more parameters.
 _MAX_EXACT_PARAMS = 16384
@@ -65,7 +90,12 @@ class _Fitted:
     n_train: int
     n_outputs: int
     fingerprints: list[str]
+    #: per checkpoint: the fitted kernel in memory; empty when the features are in ``store``
     checkpoints: list[KernelFit]
+    #: per checkpoint: (lambda, bound, condition or None)
+    summaries: list[tuple[float, float, float | None]]
+    store: str | None = None
+    ids: list[str] | None = None
 
 
 class TRAK:
@@ -206,66 +236,126 @@ class TRAK:
     @property
     def lambdas_(self) -> np.ndarray:
         fitted = self._require_fit("TRAK.lambdas_")
-        return np.array([c.lambda_reg for c in fitted.checkpoints], np.float64)
+        return np.array([lam for lam, _, _ in fitted.summaries], np.float64)
 
     @property
     def conditions_(self) -> np.ndarray:
-        fitted = self._require_fit("TRAK.conditions_")
-        return np.array([c.exact_condition() for c in fitted.checkpoints], np.float64)
+        func = "TRAK.conditions_"
+        fitted = self._require_fit(func)
+        if fitted.store is None:
+            return np.array([c.exact_condition() for c in fitted.checkpoints], np.float64)
+        out = []
+        with open_store(fitted.store, func) as store:
+            for c, (_, _, known) in enumerate(fitted.summaries):
+                inverse = store.file["kernel_inverse"][c]
+                out.append(known if known is not None else _inverse_condition(inverse))
+        return np.array(out, np.float64)
+
+    @property
+    def train_ids_(self) -> list[str] | None:
+        """The training ids given to ``fit`` (kept in the store), or None."""
+        fitted = self._require_fit("TRAK.train_ids_")
+        return None if fitted.ids is None else list(fitted.ids)
 
     def fit(
-        self, X_train: Any, y_train: Any, *, cache: str | os.PathLike[str] | None = None
+        self,
+        X_train: Any,
+        y_train: Any,
+        *,
+        store: str | os.PathLike[str] | None = None,
+        shard: tuple[int, int] | None = None,
+        ids: Any = None,
+        verbose: bool = False,
+        cache: str | os.PathLike[str] | None = None,
     ) -> TRAK:
         """Featurize the training set at every checkpoint and invert each kernel.
 
-        Keeps, per checkpoint, the training features ``(n_train, d)`` float32, the kernel inverse
-        ``(d, d)`` float64 and the weights ``Q`` in memory; ``X_train`` itself is not kept.
+        Without ``store``, keeps per checkpoint the training features ``(n_train, d)`` float32,
+        the kernel inverse ``(d, d)`` float64 and the weights ``Q`` in memory. With ``store``,
+        the features go to an HDF5 file block by block as they are computed and nothing of size
+        ``n_train x d`` is held in memory: the kernel is accumulated by streaming the file, and
+        ``top_k``, ``scores`` and ``self_influence`` read it block by block. ``X_train`` itself
+        is never kept.
 
         Parameters
         ----------
         X_train : array of shape (n_train, length, 4) or (n_train, 4, length)
-            One-hot training sequences, in the layout the model takes (numpy array, memmap or
-            h5py dataset; read in batches).
+            One-hot training sequences, in the layout the model takes: a numpy array, an
+            ``np.memmap``, an h5py dataset or ``seqattrib.io.GenomeWindows`` (a genome and
+            regions), read block by block.
         y_train : array of shape (n_train,) or (n_train, 1)
-            Labels for ``task``: class indices, 0/1, or real targets.
+            Labels for ``task``: class indices, 0/1, or real targets (an array or memmap).
+        store : path or None
+            An HDF5 features store. It records fingerprints of the model, the checkpoints, the
+            training sequences and labels, and every setting; one process writes it at a time
+            (a second one is refused, naming the first). A run that is killed resumes where it
+            stopped when called again with the same arguments (at most one block of rows is
+            computed again, and the result is the same, bit for bit); a finished store of the
+            same job makes ``fit`` read it instead of computing anything; a store of anything
+            else is refused in one line naming what differs, and left as it is.
+        shard : (index, count) or None
+            Featurize only shard ``index`` of ``count`` contiguous blocks of the training set
+            into ``store`` (one store per shard, e.g. ``train.shard-0.h5``). Shards are joined
+            by ``seqattrib.io.merge`` (``seqattrib merge``), which also computes the kernel; the
+            merged store is the same, bit for bit, as one run's. A shard's store cannot score.
+        ids : sequence of str or None
+            A name per training sequence (FASTA names, regions), kept in the store and reported
+            by the command line's top-k tables.
+        verbose : bool
+            A progress bar (on stderr) while featurizing.
         cache : path or None
-            A file (numpy ``.npz``) for the fitted state, written when it does not exist and
-            read instead of featurizing when it does. Its key is a hash of the checkpoints'
-            content, the training data and labels, and every setting (task, proj_dim,
-            lambda_reg, seed, batch size, parameters, backend): a file written for anything
-            else is refused with an error, never reused (with ``random_state=None`` every
-            object draws a new seed, so no file is ever reused). Nothing is written anywhere
-            else.
+            Without ``store``: a file (numpy ``.npz``) for the fitted state, written when it does
+            not exist and read instead of featurizing when it does. Its key is a hash of the
+            checkpoints' content, the training data and labels, and every setting: a file
+            written for anything else is refused with an error, never reused (with
+            ``random_state=None`` every object draws a new seed, so no file is ever reused).
 
         Returns
         -------
         self
         """
         func = "TRAK.fit"
-        path = cache_path(cache, func)
+        path = store_path(store, func)
+        if path is not None and cache is not None:
+            raise parameter_error(
+                func,
+                "cache",
+                "None when store= is given",
+                cache,
+                "The store holds the fitted state: drop cache=.",
+            )
+        cached = cache_path(cache, func)
         source = checked_source(X_train, "X_train", func)
+        span = checked_span(shard, path, source.n_sequences, func)
+        names = check_ids(ids, source.n_sequences, func)
         be, model = self._backend, self.model
         plan = gradient_plan(be, model, self._batch_size, func, "TRAK")
         self._check_dimension(plan, source.n_sequences, func)
+        model_id = self._model_identity(plan)  # outside the session, which freezes parameters
         with preserved_state(be, model, self.device):
             outputs = n_outputs(be, model, source)
             labels = _check_labels(y_train, source.n_sequences, self.task, outputs, "y_train", func)
-            if path is not None and path.exists():
+            if path is not None:
+                fitted = self._fit_store(
+                    path, source, labels, plan, (model_id, outputs), span, names, verbose
+                )
+            elif cached is not None and cached.exists():
                 fingerprints = [v.fingerprint for v in self._checkpoints.visit(be, model, func)]
                 key = cache_key(source, labels, self._settings(plan), fingerprints)
-                fits = read_cache(path, key, len(fingerprints), func)
-                fitted = _Fitted(plan, source.n_sequences, outputs, fingerprints, fits)
+                fits = read_cache(cached, key, len(fingerprints), func)
+                fitted = _in_memory(plan, source.n_sequences, outputs, fingerprints, fits, names)
             else:
                 fitted = self._featurize_training_set(source, labels, plan, outputs, func)
-                if path is not None:
+                fitted.ids = names
+                if cached is not None:
                     settings = self._settings(plan)
                     key = cache_key(source, labels, settings, fitted.fingerprints)
-                    write_cache(path, key, fitted.fingerprints, fitted.checkpoints)
-        for checkpoint, fit in enumerate(fitted.checkpoints):
-            if fit.condition is not None and not fit.condition <= CONDITION_WARNING:
+                    write_cache(cached, key, fitted.fingerprints, fitted.checkpoints)
+        for checkpoint, (lam, _, cond) in enumerate(fitted.summaries):
+            if cond is not None and not cond <= CONDITION_WARNING:
                 warnings.warn(
                     f"TRAK.fit: the kernel Phi^T Phi + lambda I of checkpoint {checkpoint} has "
-                    f"condition number {fit.condition:.3g} (lambda = {fit.lambda_reg:.3g}): "
+                    f"condition number {cond:.3g} (lambda = {lam:.3g}): "
                     "directions the float32 features barely resolve dominate its inverse, so "
                     "scores are dominated by rounding. Use lambda_reg='auto' or a larger "
                     "lambda_reg.",
@@ -275,7 +365,73 @@ class TRAK:
         self._fitted = fitted
         return self
 
-    def scores(self, X_test: Any, y_test: Any) -> np.ndarray:
+    @classmethod
+    def from_store(
+        cls,
+        store: str | os.PathLike[str],
+        model: Any,
+        checkpoints: Any,
+        *,
+        output_fn: Callable[[Any], Any] | None = None,
+        load_checkpoint: Callable[[Any, Any], Any] | None = None,
+        device: Any = None,
+    ) -> TRAK:
+        """A fitted TRAK from a finished features store, without the training set.
+
+        The settings (task, proj_dim, lambda_reg, seed, batch size) are the store's; the model
+        and the checkpoints must be those it was written with (their fingerprints are checked:
+        anything else is refused in one line).
+
+        Parameters
+        ----------
+        store : path
+            A store written by ``fit(..., store=)`` (or merged from shards).
+        model, checkpoints, load_checkpoint, device
+            As for ``TRAK``.
+        output_fn : callable or None
+            The ``output_fn`` the store was written with, if any.
+
+        Returns
+        -------
+        TRAK
+        """
+        func = "TRAK.from_store"
+        path = store_path(store, func) or ""
+        with open_store(path, func) as f:
+            settings = f.json("settings")
+        trak = cls(
+            model,
+            checkpoints,
+            task=settings["task"],
+            load_checkpoint=load_checkpoint,
+            proj_dim=settings["proj_dim"],
+            lambda_reg=settings["lambda_reg"],
+            random_state=settings["seed"],
+            batch_size=settings["rows"],
+            device=device,
+        )
+        del output_fn  # the model's raw output is what TRAK's output functions take
+        be = trak._backend
+        plan = gradient_plan(be, model, trak._batch_size, func, "TRAK")
+        model_id = trak._model_identity(plan)
+        with preserved_state(be, model, device):
+            fingerprints = [v.fingerprint for v in trak._checkpoints.visit(be, model, func)]
+            with open_store(path, func) as f:
+                trak._check_store(f, model_id, fingerprints, func)
+        finish_store(path, func)
+        with open_store(path, func) as f:
+            trak._fitted = _stored(f, plan, fingerprints)
+        return trak
+
+    def scores(
+        self,
+        X_test: Any,
+        y_test: Any,
+        *,
+        out: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
+        max_cpu_sequences: int = DEFAULT_GROUP,
+    ) -> Any:
         """TRAK scores of every training example for every test example.
 
         Positive: training on the example raised the test example's output function (for
@@ -291,17 +447,51 @@ class TRAK:
         y_test : array of shape (n_test,) or (n_test, 1), or None
             Labels for ``task`` (e.g. the model's predictions, or the true labels); None is
             allowed with ``task="regression"``, whose scores do not depend on it.
+        out : path or None
+            Stream the matrix to this HDF5 file (dataset ``scores``) instead of returning it:
+            for matrices too large for memory. Written under a temporary name and renamed when
+            complete.
+        overwrite : bool
+            Replace an existing ``out``.
+        max_cpu_sequences : int
+            Test examples scored together (host memory: about ``max_cpu_sequences x 64 MiB /
+            (8 d)`` float64 scores at a time, besides the returned matrix).
 
         Returns
         -------
-        scores : float32 array of shape (n_test, n_train)
+        scores : float32 array of shape (n_test, n_train), or the path of ``out``
         """
-        return self._scores(X_test, y_test, "TRAK.scores")
+        func = "TRAK.scores"
+        fitted = self._require_fit(func)
+        target = check_scores_out(out, overwrite, func)
+        group = check_group(max_cpu_sequences, func)
+        source = checked_source(X_test, "X_test", func)
+        n_test = source.n_sequences
+        if target is None:
+            matrix = np.empty((n_test, fitted.n_train), np.float32)
+            for rows, block, blocks in self._score_groups(source, y_test, group, func):
+                dense_scores(block, blocks, matrix, rows)
+            return matrix
+        attrs = {"method": "TRAK", "store": fitted.store or ""}
+        with scores_file(target, n_test, fitted.n_train, attrs) as dataset:
+            for rows, block, blocks in self._score_groups(source, y_test, group, func):
+                dense_scores(block, blocks, dataset, rows)
+        return target
 
     def top_k(
-        self, X_test: Any, y_test: Any, k: int, *, proponents: bool = True
+        self,
+        X_test: Any,
+        y_test: Any,
+        k: int,
+        *,
+        proponents: bool = True,
+        max_cpu_sequences: int = DEFAULT_GROUP,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` strongest proponents (or opponents) of each test example.
+
+        Computed block by block of training examples with a partial selection: the full
+        (n_test, n_train) matrix is never built, so this scales to training sets of millions
+        of sequences (the same ranking as sorting the rows of ``scores``).
 
         Parameters
         ----------
@@ -312,6 +502,8 @@ class TRAK:
         proponents : bool
             True: the highest scores, in descending order; False: the opponents, the lowest
             scores in ascending order (most negative first).
+        max_cpu_sequences : int
+            Test examples scored together, as for ``scores``.
 
         Returns
         -------
@@ -321,13 +513,54 @@ class TRAK:
         """
         func = "TRAK.top_k"
         fitted = self._require_fit(func)
-        n_train = fitted.n_train
-        return ranked(lambda: self._scores(X_test, y_test, func), n_train, k, proponents, func)
+        k = check_k(k, proponents, fitted.n_train, func)
+        group = check_group(max_cpu_sequences, func)
+        source = checked_source(X_test, "X_test", func)
+        indices = np.empty((source.n_sequences, k), np.int64)
+        values = np.empty((source.n_sequences, k), np.float32)
+        for rows, block, blocks in self._score_groups(source, y_test, group, func):
+            n = rows.stop - rows.start
+            indices[rows], values[rows] = streamed_top_k(block, blocks, n, k, proponents)
+        return indices, values
+
+    def self_influence(self) -> np.ndarray:
+        """Each training example's score for itself: ``mean_c phi_c(i)^T (Phi_c^T Phi_c +
+        lambda_c I)^-1 phi_c(i) Q_c(i)``, computed block by block from the fitted features.
+
+        High values flag examples the kernel explains mostly by themselves: unusual or
+        mislabelled sequences. Every call returns a new array.
+
+        Returns
+        -------
+        self_influence : float32 array of shape (n_train,)
+        """
+        func = "TRAK.self_influence"
+        fitted = self._require_fit(func)
+        out = np.empty(fitted.n_train, np.float32)
+        with self._kernels(fitted, func) as fits:
+            dim = fits[0].inverse.shape[0]
+            for train in train_blocks(fitted.n_train, block_rows(dim)):
+                total = np.zeros(train.stop - train.start, np.float64)
+                for fit in fits:
+                    total += self_scores(fit, train)
+                out[train] = total / len(fits)
+        return out
 
     # ----------------------------------------------------------------- internals
     def _require_fit(self, func: str) -> _Fitted:
         if self._fitted is None:
             raise RuntimeError(f"{func} needs the training set first: call fit(X_train, y_train).")
+        if self._fitted.store is not None and not self._fitted.summaries:
+            raise parameter_error(
+                func,
+                "store",
+                "a store of the whole training set",
+                f"the shard store {self._fitted.store!r}",
+                "Merge the shards with seqattrib.io.merge (seqattrib merge), then use "
+                "TRAK.from_store on the merged store.",
+                error=RuntimeError,
+                described=True,
+            )
         return self._fitted
 
     def _check_dimension(self, plan: GradientPlan, n_train: int, func: str) -> None:
@@ -357,25 +590,122 @@ class TRAK:
                 stacklevel=3,
             )
 
-    def _scores(self, X_test: Any, y_test: Any, func: str) -> np.ndarray:
+    @contextmanager
+    def _kernels(self, fitted: _Fitted, func: str) -> Iterator[list[KernelFit]]:
+        """Each checkpoint's kernel fit: in memory, or read from the store on demand."""
+        if fitted.store is None:
+            yield fitted.checkpoints
+            return
+        with open_store(fitted.store, func) as store:
+            fits = []
+            for c, (lam, bound_, cond) in enumerate(fitted.summaries):
+                inverse = np.asarray(store.file["kernel_inverse"][c])
+                fits.append(
+                    KernelFit(
+                        store.features(c), inverse, store.quantity("weights", c), lam, bound_, cond
+                    )
+                )
+            yield fits
+
+    def _score_groups(
+        self, source: SequenceSource, y_test: Any, group: int, func: str
+    ) -> Iterator[tuple[slice, Callable[[slice], np.ndarray], Iterator[slice]]]:
+        """Per group of test rows: the rows, the function that scores them against a block of
+        training rows, and the blocks. Checkpoints are visited once per group."""
         fitted = self._require_fit(func)
-        source = checked_source(X_test, "X_test", func)
         be, model = self._backend, self.model
         n_test = source.n_sequences
-        total = np.zeros((n_test, fitted.n_train), np.float64)
-        with preserved_state(be, model, self.device):
+        rows_per_batch = fitted.plan.rows
+        with preserved_state(be, model, self.device), self._kernels(fitted, func) as fits:
             if y_test is None and self.task == "regression":
                 labels = Labels(np.zeros(n_test, np.float32), "float32")
             else:
                 labels = _check_labels(y_test, n_test, self.task, fitted.n_outputs, "y_test", func)
-            visits = self._checkpoints.visit(be, model, func, expected=fitted.fingerprints)
-            for visit in visits:
-                rows = Rows(func, "X_test", visit.index, "output function")
-                batches = self._features(source, labels, fitted.plan, visit, rows)
-                features = np.concatenate([phi for _, phi, _ in batches])
-                accumulate(total, features, fitted.checkpoints[visit.index], fitted.plan.rows)
-        total /= len(fitted.checkpoints)
-        return total.astype(np.float32)
+            dim = fits[0].inverse.shape[0]
+            for rows in test_groups(n_test, group):
+                part = source.rows(rows.start, rows.stop)
+                part_labels = Labels(labels.values[rows], labels.dtype, labels.depth)
+                solved = []
+                visits = self._checkpoints.visit(be, model, func, expected=fitted.fingerprints)
+                for visit in visits:
+                    check = Rows(func, "X_test", visit.index, "output function")
+                    batches = self._features(part, part_labels, fitted.plan, visit, check)
+                    features = np.concatenate([phi for _, phi, _ in batches])
+                    solved.append(solve(features, fits[visit.index].inverse, rows_per_batch))
+                block = functools.partial(
+                    _block_scores, fits, solved, rows.stop - rows.start, rows_per_batch
+                )
+                yield rows, block, train_blocks(fitted.n_train, block_rows(dim))
+
+    def _fit_store(
+        self,
+        path: str,
+        source: SequenceSource,
+        labels: Labels,
+        plan: GradientPlan,
+        model: tuple[str, int],
+        span: Any,
+        ids: list[str] | None,
+        verbose: bool,
+    ) -> _Fitted:
+        """Fill (or reuse) the store; ``model``: the model's identity and number of outputs."""
+        func = "TRAK.fit"
+        model_id, outputs = model
+        be = self._backend
+        fingerprints = [v.fingerprint for v in self._checkpoints.visit(be, self.model, func)]
+        dim = plan.n_params if self.proj_dim is None else self.proj_dim
+        settings = {**self._settings(plan), "outputs": outputs}
+        job = StoreJob("TRAK", model_id, settings, dim, ("weights",), True)
+
+        def featurize(visit: Visit, part: SequenceSource, part_labels: Labels) -> Iterator[Any]:
+            for start, stop, features, weights in self._training_batches(
+                part, part_labels, plan, visit, func
+            ):
+                yield start, stop, features, {"weights": weights}
+
+        def kernel(store: StoreFile) -> list[KernelFit]:
+            return [
+                self._kernel(store.features(c), store.quantity("weights", c), c, func)
+                for c in range(len(fingerprints))
+            ]
+
+        fill_store(
+            path,
+            job,
+            source,
+            labels,
+            ids,
+            span,
+            fingerprints,
+            lambda: self._checkpoints.visit(be, self.model, func, expected=fingerprints),
+            featurize,
+            kernel,
+            verbose,
+            func,
+        )
+        if span is not None:  # a shard: nothing to score until merged
+            return _Fitted(plan, source.n_sequences, outputs, fingerprints, [], [], path, ids)
+        with open_store(path, func) as f:
+            return _stored(f, plan, fingerprints, outputs)
+
+    def _check_store(
+        self, store: StoreFile, model_id: str, fingerprints: list[str], func: str
+    ) -> None:
+        """Refuse a store of another model or other checkpoints (``from_store``)."""
+        differs = []
+        if str(store.attrs["model"]) != model_id:
+            differs.append("another model (architecture or traced parameters)")
+        if store.json("checkpoints") != fingerprints:
+            differs.append("other checkpoints")
+        if differs:
+            raise parameter_error(
+                func,
+                "store",
+                "a store written with this model and these checkpoints",
+                f"{store.path!r}, which holds features of " + " and ".join(differs),
+                "Pass the model and checkpoints the store was fitted with.",
+                described=True,
+            )
 
     def _featurize_training_set(
         self, source: SequenceSource, labels: Labels, plan: GradientPlan, outputs: int, func: str
@@ -388,18 +718,26 @@ class TRAK:
             fingerprints.append(visit.fingerprint)
             features = np.empty((n_train, dim), np.float32)
             weights = np.empty(n_train, np.float64)
-            start = 0
-            rows = Rows(func, "X_train", visit.index, "output function")
-            batches = self._features(source, labels, plan, visit, rows, with_outputs=True)
-            for stop, phi, out in batches:
+            for start, stop, phi, w in self._training_batches(source, labels, plan, visit, func):
                 features[start:stop] = phi
-                check_finite(out, start, rows, "model outputs")
-                targets = labels.targets(NUMPY, labels.values[start:stop])
-                weights[start:stop] = out_to_loss(self.task, NUMPY, out, targets)
-                check_finite(weights[start:stop], start, rows, "out-to-loss weights")
-                start = stop
+                weights[start:stop] = w
             checkpoints.append(self._kernel(features, weights, visit.index, func))
-        return _Fitted(plan, n_train, outputs, fingerprints, checkpoints)
+        return _in_memory(plan, n_train, outputs, fingerprints, checkpoints, None)
+
+    def _training_batches(
+        self, source: SequenceSource, labels: Labels, plan: GradientPlan, visit: Visit, func: str
+    ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        """``(start, stop, features, weights)`` of the training rows, batch by batch: features
+        (rows, d) float32 and the out-to-loss weights ``Q`` (rows,) float64, checked finite."""
+        rows = Rows(func, "X_train", visit.index, "output function")
+        start = 0
+        for stop, phi, out in self._features(source, labels, plan, visit, rows, with_outputs=True):
+            check_finite(out, start, rows, "model outputs")
+            targets = labels.targets(NUMPY, labels.values[start:stop])
+            weights = np.asarray(out_to_loss(self.task, NUMPY, out, targets), np.float64)
+            check_finite(weights, start, rows, "out-to-loss weights")
+            yield start, stop, phi, weights
+            start = stop
 
     def _features(
         self,
@@ -429,9 +767,7 @@ class TRAK:
                 out = out[: stop - start]
             yield stop, features, out
 
-    def _kernel(
-        self, features: np.ndarray, weights: np.ndarray, index: int, func: str
-    ) -> KernelFit:
+    def _kernel(self, features: Any, weights: Any, index: int, func: str) -> KernelFit:
         """``(Phi^T Phi + lambda I)^-1`` in float64, its ridge and condition number."""
         return fit_kernel(features, weights, self.lambda_reg, index, func)
 
@@ -446,8 +782,97 @@ class TRAK:
             "lambda_reg": self.lambda_reg,
             "seed": self._seed,
             "rows": plan.rows,
-            "parameters": [[n, list(s)] for n, s in be.trainable_parameters(self.model)],
+            "parameters": plan.names,
         }
+
+    def _model_identity(self, plan: GradientPlan) -> str:
+        """The model a store's features belong to: its class, backend and traced parameters."""
+        be, model = self._backend, self.model
+        shapes = dict(be.trainable_parameters(model))
+        return json.dumps(
+            {
+                "class": f"{type(model).__module__}.{type(model).__qualname__}",
+                "backend": be.name,
+                "parameters": [[n, list(shapes[n])] for n in plan.names],
+            },
+            sort_keys=True,
+        )
+
+
+def _in_memory(
+    plan: GradientPlan,
+    n_train: int,
+    outputs: int,
+    fingerprints: list[str],
+    fits: list[KernelFit],
+    ids: list[str] | None,
+) -> _Fitted:
+    summaries = [(fit.lambda_reg, fit.bound, fit.condition) for fit in fits]
+    return _Fitted(plan, n_train, outputs, fingerprints, fits, summaries, None, ids)
+
+
+def finish_store(path: str, func: str = "finish_store") -> None:
+    """Do the kernel step of a TRAK store that holds every row of its training set but not yet
+    its kernel (a merge of shards): ``Phi^T Phi`` streamed from the store, its ridge and
+    inverse, per checkpoint. Anything else is refused in one line; a finished store is left
+    as it is."""
+    with open_store(path, func) as f:
+        method = str(f.attrs["method"])
+        whole = f.json("span")["shard"] is None
+    if method != "TRAK" or not whole:
+        raise parameter_error(
+            func,
+            "store",
+            "a TRAK store of the whole training set (merge its shards first)",
+            f"{path!r}, a {method} store" + ("" if whole else " of one shard"),
+            "Merge the shards with seqattrib.io.merge (seqattrib merge).",
+            described=True,
+        )
+    writer = StoreWriter.for_kernel(path, func)
+    if writer is None:
+        return
+    try:
+        lambda_reg = writer.identity.settings["lambda_reg"]
+        store = writer.reader()
+        fits = [
+            fit_kernel(store.features(c), store.quantity("weights", c), lambda_reg, c, func)
+            for c in range(store.n_checkpoints)
+        ]
+        writer.write_kernel(fits)
+    finally:
+        writer.close()
+
+
+def _stored(
+    store: StoreFile, plan: GradientPlan, fingerprints: list[str], outputs: int | None = None
+) -> _Fitted:
+    """The fitted state of a finished store (read on demand when scoring)."""
+    attrs = store.attrs
+    summaries = [
+        (float(lam), float(b), None if np.isnan(c) else float(c))
+        for lam, b, c in zip(attrs["lambdas"], attrs["bounds"], attrs["conditions"], strict=True)
+    ]
+    n_outputs = int(store.json("settings").get("outputs", 0)) if outputs is None else outputs
+    return _Fitted(
+        plan, store.n_rows, n_outputs, fingerprints, [], summaries, store.path, store.ids()
+    )
+
+
+def _block_scores(
+    fits: list[KernelFit], solved: list[list[np.ndarray]], n: int, rows: int, train: slice
+) -> np.ndarray:
+    """Scores (n, rows of ``train``) float32 of ``n`` solved test rows: the mean over
+    checkpoints of ``phi K^-1 Phi^T diag(Q)``."""
+    total = np.zeros((n, train.stop - train.start), np.float64)
+    for fit, part_solved in zip(fits, solved, strict=True):
+        add_scores(total, part_solved, fit, train, rows)
+    total /= len(fits)
+    return total.astype(np.float32)
+
+
+def _inverse_condition(inverse: np.ndarray) -> float:
+    """The condition number of a kernel from its inverse."""
+    return condition(np.linalg.eigvalsh(inverse)[::-1] ** -1.0)
 
 
 def _checkpoint_seed(seed: int, visit: Visit) -> int:

@@ -1,10 +1,13 @@
 """TRAK's kernel on the host: ``(Phi^T Phi + lambda I)^-1`` of one checkpoint's training features
-in float64, its ridge and condition number, and the scores it gives test features."""
+in float64 (accumulated block by block of rows, so the features may be read from a store), its
+ridge and condition number, and the scores it gives test features, block by block of training
+rows."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +26,10 @@ HOST_BYTES = 64 * 2**20
 class KernelFit:
     """What one checkpoint contributes: its training features and kernel inverse."""
 
-    features: np.ndarray  # (n_train, d) float32, Phi_c
+    #: (n_train, d) float32, Phi_c: an array, or rows of a features store read on demand
+    features: Any
     inverse: np.ndarray  # (d, d) float64, (Phi_c^T Phi_c + lambda_c I)^-1
-    weights: np.ndarray  # (n_train,) float64, Q_c
+    weights: Any  # (n_train,) float64, Q_c (an array or rows of a store)
     lambda_reg: float
     #: an upper bound of the condition number, free to compute (see ``fit_kernel``)
     bound: float
@@ -40,14 +44,14 @@ class KernelFit:
 
 
 def fit_kernel(
-    features: np.ndarray, weights: np.ndarray, lambda_reg: float | str, index: int, func: str
+    features: Any, weights: Any, lambda_reg: float | str, index: int, func: str
 ) -> KernelFit:
     """``(Phi^T Phi + lambda I)^-1`` in float64, its ridge and condition number, for the
     features of checkpoint ``index`` (``lambda_reg``: "auto" or an absolute ridge)."""
     dim = features.shape[1]
     gram = np.zeros((dim, dim), np.float64)
     for block in row_blocks(features.shape[0], dim):
-        part = features[block].astype(np.float64)
+        part = np.asarray(features[block], np.float64)
         gram += part.T @ part
     trace = float(np.trace(gram))
     lam = AUTO_RIDGE * trace if lambda_reg == "auto" else float(lambda_reg)
@@ -83,28 +87,42 @@ def row_blocks(n_rows: int, dim: int) -> Iterator[slice]:
         yield slice(start, min(start + step, n_rows))
 
 
-def accumulate(total: np.ndarray, features: np.ndarray, fit: KernelFit, rows: int) -> None:
-    """Add ``phi (Phi^T Phi + lambda I)^-1 Phi^T diag(Q)`` of one checkpoint to ``total``.
+def block_rows(dim: int) -> int:
+    """Training rows per block of scores: a float64 copy of their ``dim`` features within
+    ``HOST_BYTES`` (the fixed grid every score is computed on, whatever the test set)."""
+    return max(1, HOST_BYTES // (8 * dim))
 
-    Test rows go through in blocks of exactly ``rows`` (the last padded): BLAS results of a row
-    depend on the number of rows in its product, never on the other rows' values.
-    """
-    n_test, dim = features.shape
-    group = max(rows, HOST_BYTES // (8 * dim) // rows * rows)  # test rows per pass over Phi
-    for first in range(0, n_test, group):
-        last = min(first + group, n_test)
-        solved = []
-        for start in range(first, last, rows):
-            block = features[start : min(start + rows, last)].astype(np.float64)
-            if block.shape[0] < rows:
-                block = np.concatenate([block, np.repeat(block[:1], rows - block.shape[0], 0)])
-            solved.append(block @ fit.inverse)
-        for train in row_blocks(fit.features.shape[0], dim):
-            phi = fit.features[train].astype(np.float64)
-            weights = fit.weights[train]
-            for i, start in enumerate(range(first, last, rows)):
-                stop = min(start + rows, last)
-                total[start:stop, train] += (solved[i] @ phi.T)[: stop - start] * weights
+
+def solve(features: np.ndarray, inverse: np.ndarray, rows: int) -> list[np.ndarray]:
+    """``phi (Phi^T Phi + lambda I)^-1`` of test features (n_test, d), in float64 blocks of
+    exactly ``rows`` rows (the last padded with copies of its first row): BLAS results of a row
+    depend on the number of rows in its product, never on the other rows' values."""
+    solved = []
+    for start in range(0, features.shape[0], rows):
+        block = features[start : start + rows].astype(np.float64)
+        if block.shape[0] < rows:
+            block = np.concatenate([block, np.repeat(block[:1], rows - block.shape[0], 0)])
+        solved.append(block @ inverse)
+    return solved
+
+
+def add_scores(
+    total: np.ndarray, solved: list[np.ndarray], fit: KernelFit, train: slice, rows: int
+) -> None:
+    """Add one checkpoint's ``phi K^-1 Phi[train]^T diag(Q[train])`` to ``total`` (n_test,
+    n_rows of ``train``), from the test rows ``solve`` gave."""
+    phi = np.asarray(fit.features[train], np.float64)
+    weights = np.asarray(fit.weights[train])
+    n_test = total.shape[0]
+    for i, start in enumerate(range(0, n_test, rows)):
+        stop = min(start + rows, n_test)
+        total[start:stop] += (solved[i] @ phi.T)[: stop - start] * weights
+
+
+def self_scores(fit: KernelFit, train: slice) -> np.ndarray:
+    """``phi_i K^-1 phi_i Q_i`` of the training rows ``train`` (float64)."""
+    phi = np.asarray(fit.features[train], np.float64)
+    return ((phi @ fit.inverse) * phi).sum(axis=1) * np.asarray(fit.weights[train])
 
 
 def condition(eigenvalues: np.ndarray) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from .bigwig import write_bigwig
 from .export import export_bigwig, export_modisco
 from .fasta import Genome, chrom_sizes, read_fasta
+from .features import StoreInfo, read_store
+from .features_merge import merge, merge_features
 from .merge import merge_tracks
 from .onehot import decode, one_hot
 from .regions import Regions, read_regions, write_bed
@@ -19,6 +21,7 @@ __all__ = [
     "Genome",
     "GenomeWindows",
     "Regions",
+    "StoreInfo",
     "Tracks",
     "chrom_sizes",
     "decode",
@@ -27,10 +30,13 @@ __all__ = [
     "extract_windows",
     "fasta_windows",
     "genome_windows",
+    "merge",
+    "merge_features",
     "merge_tracks",
     "one_hot",
     "read_fasta",
     "read_regions",
+    "read_store",
     "read_tracks",
     "write_bed",
     "write_bigwig",

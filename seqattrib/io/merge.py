@@ -13,7 +13,7 @@ import numpy as np
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from .._validation import first_difference
-from ..shards import check_complete, check_coverage, check_same_settings
+from ..shards import check_complete, check_same_settings, check_shard_set
 from .fingerprint import regions_fingerprint
 from .hdf5 import LIBVER, abandon, failure
 from .lock import acquire
@@ -140,27 +140,8 @@ def merge_tracks(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool =
     first = infos[0]
     for info in infos[1:]:
         _same_job(first, info)
-    count, total = first["shard"]["count"], first["shard"]["total"]
-    indices = [info["shard"]["index"] for info in infos]
-    duplicated = sorted({i for i in indices if indices.count(i) > 1})
-    if duplicated:
-        raise parameter_error(
-            func,
-            "shards",
-            "each shard once",
-            f"shard {duplicated[0]} more than once",
-            described=True,
-        )
-    missing = sorted(set(range(count)) - set(indices))
-    if missing:
-        raise parameter_error(
-            func,
-            "shards",
-            f"all {count} shards",
-            f"no file for shard(s) {missing}",
-            described=True,
-        )
-    check_coverage(func, [(info["path"], info["shard"]) for info in infos], total, "row")
+    total = first["shard"]["total"]
+    check_shard_set(func, [(info["path"], info["shard"]) for info in infos], "row")
     held = acquire(os.fspath(out), func, "out")
     if held is None:
         raise parameter_error(
