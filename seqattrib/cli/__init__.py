@@ -34,6 +34,8 @@ _PATH_FLAGS = {
     "vcf": "--vcf",
     "table": "--table",
     "weights": "--weights",
+    "store": "--store",
+    "labels": "--labels",
 }
 
 

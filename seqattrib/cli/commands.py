@@ -16,6 +16,7 @@ from .._errors import parameter_error
 from .._optional import import_optional
 from ..loader import load_model, model_framework
 from ..shards import resolve_shard, shard_path
+from . import data_attribution
 from .messages import reading
 
 #: The image formats ``seqattrib plot`` writes, by file name suffix.
@@ -406,35 +407,57 @@ def _plot_window(args: argparse.Namespace) -> tuple[int, int | None, int | None]
 
 
 def merge(args: argparse.Namespace) -> Path:
-    from ..io.merge import merge_tracks
+    from ..io import merge as merge_files
     from ..variants import merge_effects
 
     tables = args.shards[0].lower().endswith((".tsv", ".txt", ".parquet"))
-    join = merge_effects if tables else merge_tracks
+    join = merge_effects if tables else merge_files
     path = join(args.shards, args.out, overwrite=args.overwrite)
     print(path)
     return path
 
 
+#: The commands ``seqattrib launch`` runs, and the flags that name the file they write.
+LAUNCHED = {
+    ("explain",): ("--out", "-o"),
+    ("ism",): ("--out", "-o"),
+    ("trak", "fit"): ("--store",),
+    ("tracin", "fit"): ("--store",),
+}
+
+
+def _launched_file(command: Sequence[str]) -> str | None:
+    """The file a launched ``command`` writes (the last value of its file flag), or None."""
+    flags = next((f for head, f in LAUNCHED.items() if tuple(command[: len(head)]) == head), ())
+    found = None
+    for i, word in enumerate(command):
+        name, equals, value = word.partition("=")
+        if equals and name in flags:
+            found = value
+        elif word in flags and i + 1 < len(command):
+            found = command[i + 1]
+    return found
+
+
 def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = False) -> Path:
-    """Run the CLI ``command`` (``explain|ism ... --out F``) once per device, each worker on its
-    own shard with ``CUDA_VISIBLE_DEVICES`` set to its device, then merge their files into F."""
-    from ..io.merge import merge_tracks
+    """Run the CLI ``command`` (``explain|ism ... --out F`` or ``trak|tracin fit ... --store
+    F``) once per device, each worker on its own shard with ``CUDA_VISIBLE_DEVICES`` set to its
+    device, then merge their files into F."""
+    from ..io import merge
 
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
-    given = [i for i, word in enumerate(command[:-1]) if word in ("--out", "-o")]
-    if not command or command[0] not in ("explain", "ism") or not given:
+    out = _launched_file(command)
+    if out is None:
         raise parameter_error(
             "seqattrib launch",
             "command",
-            "explain or ism with --out",
+            "explain or ism with --out, or trak fit or tracin fit with --store",
             " ".join(command) or "nothing",
         )
-    if "--shard" in command:
+    if any(word.partition("=")[0] == "--shard" for word in command):
         raise parameter_error("seqattrib launch", "--shard", "left to launch", "given")
-    out = command[given[-1] + 1]
     workers = []
     for index, device in enumerate(devices):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="" if device == "cpu" else device)
@@ -453,7 +476,7 @@ def launch(command: Sequence[str], devices: Sequence[str], *, overwrite: bool = 
             described=True,
         )
     shards = [shard_path(out, i, len(devices)) for i in range(len(devices))]
-    return merge_tracks(shards, out, overwrite=overwrite)
+    return merge(shards, out, overwrite=overwrite)
 
 
 def launch_workers(args: argparse.Namespace) -> Path:
@@ -506,6 +529,8 @@ def interrupted(args: argparse.Namespace) -> str:
     if args.command == "demo":
         tracks = Path(args.out) / "tracks.h5"
         return f"{tracks} keeps the rows written so far; rerun the same command to resume it."
+    if args.command in ("trak", "tracin"):
+        return data_attribution.interrupted(args)
     if args.command == "launch":
         return "the workers' shard files keep their rows; rerun the same command to resume them."
     return "no partial output was kept; rerun the same command."
@@ -520,4 +545,6 @@ COMMANDS = {
     "merge": merge,
     "launch": launch_workers,
     "demo": demo,
+    "trak": data_attribution.run,
+    "tracin": data_attribution.run,
 }

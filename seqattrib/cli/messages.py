@@ -53,6 +53,22 @@ FLAGS = {
     "tracks": "TRACKS",
     "n_sequences": "--n-sequences",
     "data": "--data",
+    "checkpoints": "--checkpoints",
+    "store": "--store",
+    "X_train": "the training sequences (--fasta, or --genome with --regions)",
+    "X_test": "the test sequences (--fasta, or --genome with --regions)",
+    "y_train": "--labels",
+    "y_test": "--labels",
+    "ids": "the sequence names (--fasta) or windows (--regions)",
+    "k": "-k",
+    "proponents": "--opponents",
+    "loss": "--loss",
+    "task": "--task",
+    "proj_dim": "--proj-dim",
+    "projection": "--projection",
+    "lambda_reg": "--lambda-reg",
+    "parameters": "--parameters",
+    "learning_rates": "--learning-rates",
 }
 #: Keyword spellings of the library's advice, and how they are typed on the command line.
 _IDIOMS = [
@@ -65,6 +81,10 @@ _IDIOMS = [
     (re.compile(r"\bdevice='(\w+)'"), r"--device \1"),
     (re.compile(r"\bweights=FILE\b"), "--weights FILE"),
     (re.compile(r"\bquadrature='(\w+)'"), r"--quadrature \1"),
+    (re.compile(r"\bproj_dim="), "--proj-dim "),
+    (re.compile(r"\blambda_reg="), "--lambda-reg "),
+    (re.compile(r"\blearning_rates="), "--learning-rates "),
+    (re.compile(r"\bloss='(\w+)'"), r"--loss \1"),
     (re.compile(r"\bmultiply_by_inputs=False\b"), "--hypothetical"),
     (re.compile(r"\bPass format='bed' to\b"), "Keep its first three columns (cut -f1-3) to"),
 ]
@@ -80,7 +100,7 @@ _OS_FIXES = {
     errno.EACCES: "Choose a path you may write (or read), or change its permissions.",
     errno.EPERM: "Choose a path you may write (or read), or change its permissions.",
 }
-_TEMPLATE = re.compile(r"^The '([\w-]+)' parameter of ([\w. ]+?) must be ")
+_TEMPLATE = re.compile(r"^The '([\w-]+)' parameter of ([\w. -]+?) must be ")
 
 
 class FlagError(Exception):

@@ -12,7 +12,10 @@ from typing import Any, NoReturn
 from .._errors import warn_renamed
 from .messages import one_line_warnings
 
-DESCRIPTION = "Explain DNA sequence models: attribution tracks, exports and plots."
+DESCRIPTION = (
+    "Explain DNA sequence models: attribution tracks, exports and plots, and the training "
+    "sequences behind predictions (data attribution)."
+)
 EPILOG = """examples:
   seqattrib explain --model demo --fasta seqs.fa --out tracks.h5
   seqattrib explain --model model.pt2 --genome hg38.fa --regions peaks.narrowPeak \\
@@ -23,6 +26,10 @@ EPILOG = """examples:
   seqattrib export modisco tracks.h5 --out modisco/
   seqattrib export bigwig tracks.h5 --out tracks/ --chrom-sizes hg38.chrom.sizes
   seqattrib plot tracks.h5 --row 0 --out logo.png
+  seqattrib trak fit --model mylab.models:make_model --checkpoints seed0.pt seed1.pt \\
+      --fasta train.fa --labels train_labels.tsv --store train_features.h5
+  seqattrib trak top-k --model mylab.models:make_model --checkpoints seed0.pt seed1.pt \\
+      --store train_features.h5 --fasta test.fa --labels test_labels.tsv -k 100 --out top.tsv
   seqattrib demo --out demo/"""
 
 

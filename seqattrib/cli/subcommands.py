@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .data_attribution import add_tracin, add_trak
 from .parser import (
     BATCH_SIZE,
     POSITIVE,
@@ -79,10 +80,11 @@ class MethodFlag:
         p.add_argument(self.flag, *self.old, action=action, help=text, **options)
 
 
-def _add_out(p: argparse.ArgumentParser, old: str, help: str, **options: Any) -> None:
+def _add_out(p: argparse.ArgumentParser, old: str | None, help: str, **options: Any) -> None:
     """``-o/--out``, what the command writes; ``old`` is its earlier spelling, still accepted
-    with a warning."""
-    p.add_argument("-o", "--out", old, action=RenamedFlag, help=help, **options)
+    with a warning (None: none)."""
+    names = ("-o", "--out") if old is None else ("-o", "--out", old)
+    p.add_argument(*names, action=RenamedFlag, help=help, **options)
 
 
 def takes(method: Any, keyword: str) -> bool:
@@ -380,10 +382,11 @@ def merge(sub: Any) -> Parser:
     p.add_argument(
         "shards",
         nargs="+",
-        help="every shard file of the job, in any order: tracks files, or the tables of "
-        "seqattrib variants (their attribution tracks are merged with them)",
+        help="every shard file of the job, in any order: tracks files, features stores of "
+        "trak fit or tracin fit, or the tables of seqattrib variants (their attribution "
+        "tracks are merged with them)",
     )
-    _add_out(p, "--output", "the merged tracks file or table", required=True)
+    _add_out(p, "--output", "the merged tracks file, features store or table", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     return p
 
@@ -397,7 +400,8 @@ def launch(sub: Any) -> Parser:
     p.add_argument(
         "command",
         nargs=argparse.REMAINDER,
-        help="the workers' command: explain|ism ... --out tracks.h5",
+        help="the workers' command: explain|ism ... --out tracks.h5, or trak|tracin fit ... "
+        "--store train_features.h5",
     )
     return p
 
@@ -444,4 +448,6 @@ SUBCOMMANDS: dict[str, Callable[[Any], Parser]] = {
     "merge": merge,
     "launch": launch,
     "demo": demo,
+    "trak": add_trak,
+    "tracin": add_tracin,
 }
