@@ -336,6 +336,10 @@ class ParameterGradients(Protocol):
     def sum(self, tensor: Tensor, axis: Sequence[int]) -> Tensor:
         """Sum over ``axis`` (the axes dropped)."""
 
+    def take_columns(self, tensor: Tensor, columns: Sequence[int]) -> Tensor:
+        """The columns ``columns`` (Python ints) of ``tensor``, in that order: (B, K) ->
+        (B, len(columns))."""
+
     def where(self, condition: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
         """``x`` where ``condition`` is nonzero (e.g. a one-hot row), else ``y``; the three
         broadcast (``x`` or ``y`` may be a Python number)."""

@@ -14,7 +14,22 @@ inside a vectorised per-example function; other labels as values, reshaped to (B
 Cross-entropies use the frameworks' fused, numerically stable kernels (``softmax_cross_entropy``,
 ``sigmoid_cross_entropy``): a log-softmax or softplus composition is the same function but
 rounds differently (by up to 6e-8 in d loss / d logits of order 1, measured), and results of
-this package are kept bit for bit (``tests/test_golden.py``).
+this package are kept bit for bit (``tests/test_golden.py``). The multinomial loss is written
+out instead: TensorFlow's fused kernel returns the gradient ``softmax(z) - p`` even when the
+targets (counts) do not sum to one, where the gradient is ``sum(p) softmax(z) - p``.
+
+Losses by name (``LOSSES``, TracIn's training losses; ``OUTPUT_FUNCTIONS``, TRAK's model output
+functions ``f`` with ``out_to_loss``'s weights ``Q = -dL/df``):
+
+==============  ==========================  =================================  ===============
+loss            labels (per sequence)       f (TRAK)                           Q
+==============  ==========================  =================================  ===============
+cross_entropy   a class index               margin ``z_y - logsumexp_{k!=y}``  ``1 - p_y``
+bce             0/1 (TracIn: [0, 1])        signed logit ``(2y - 1) z``        ``sigmoid(-f)``
+mse             a real value per output     the output ``z``                   ``y - f``
+poisson         a count per output          the log-rate ``z``                 ``y - exp(f)``
+multinomial     a count per output          ``sum_k y_k log_softmax(z)_k``     ``1``
+==============  ==========================  =================================  ===============
 """
 
 from __future__ import annotations
@@ -24,6 +39,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from .._errors import parameter_error
+from .._validation import resolve_targets
 
 Tensor = Any
 
@@ -41,6 +59,8 @@ class Ops(Protocol):
 
     def reshape(self, tensor: Tensor, shape: Sequence[int]) -> Tensor: ...
 
+    def take_columns(self, tensor: Tensor, columns: Sequence[int]) -> Tensor: ...
+
     def logsumexp(self, tensor: Tensor, axis: int) -> Tensor: ...
 
     def exp(self, tensor: Tensor) -> Tensor: ...
@@ -56,8 +76,10 @@ Definition = Callable[[Ops, Tensor, Tensor], Tensor]
 
 
 def _per_output(ops: Ops, t: Tensor, z: Tensor) -> Tensor:
-    """Targets as (B, K) rows, one value per output of ``z``."""
-    return ops.reshape(t, (-1, int(z.shape[1])))
+    """Targets as (B, K) rows, one value per output of ``z``: (B, K) as they are, (B,) of a
+    model with one output as (B, 1). Read from the rank of ``t``, not from K: a compiled
+    function traced for several K sees no K."""
+    return t if len(t.shape) == 2 else ops.reshape(t, (-1, 1))
 
 
 # ----------------------------------------------------------------- training losses (TracIn)
@@ -77,6 +99,30 @@ def mean_squared_error(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
     return ops.mean(residual * residual, 1, keepdims=False)
 
 
+def poisson(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
+    """Poisson negative log-likelihood of counts ``t`` under log-rates ``z``, mean over outputs:
+    ``mean_k exp(z_k) - t_k z_k``.
+
+    The convention of ``torch.nn.functional.poisson_nll_loss(z, t, log_input=True,
+    full=False)`` and of ``keras.losses.Poisson()(t, exp(z))``: the model outputs log-rates
+    (no ``exp`` or ``softplus`` layer at its end), and the constant ``log t_k!`` is left out
+    (it has no gradient).
+    """
+    return ops.mean(ops.exp(z) - _per_output(ops, t, z) * z, 1, keepdims=False)
+
+
+def multinomial(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
+    """Multinomial negative log-likelihood of a profile of counts ``t`` (B, K) under logits ``z``
+    over its K positions: ``-sum_k t_k log_softmax(z)_k``.
+
+    The profile loss BPNet and ChromBPNet train (bpnet-lite's ``MNLLLoss``) with the constant
+    ``log n! - sum_k log t_k!`` left out (it has no gradient). Both strands of a profile are
+    one axis of K = 2 x length positions, flattened by ``output_fn``.
+    """
+    log_p = z - ops.reshape(ops.logsumexp(z, 1), (-1, 1))
+    return -ops.sum(_per_output(ops, t, z) * log_p, (1,))
+
+
 # ----------------------------------------------------------------- model output functions (TRAK)
 def margin(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
     """``log p_y / (1 - p_y) = z_y - logsumexp_{k != y} z_k``; ``t`` one-hot rows."""
@@ -90,57 +136,159 @@ def signed_logit(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
 
 
 def prediction(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
-    """A regression model's one output."""
+    """A model's one output: a regression's prediction, a Poisson model's log-rate."""
     return z[:, 0]
+
+
+def profile_log_likelihood(ops: Ops, z: Tensor, t: Tensor) -> Tensor:
+    """``sum_k t_k log_softmax(z)_k``: the log-likelihood of the observed profile ``t`` (up to
+    its constant), minus the multinomial loss."""
+    return -multinomial(ops, z, t)
 
 
 LOSSES: dict[str, Definition] = {
     "cross_entropy": cross_entropy,
     "bce": binary_cross_entropy,
     "mse": mean_squared_error,
+    "poisson": poisson,
+    "multinomial": multinomial,
 }
-TASKS: dict[str, Definition] = {
-    "classification": margin,
-    "binary": signed_logit,
-    "regression": prediction,
+"""Training losses by name (TracIn): ``fn(ops, z, t) -> (B,)``."""
+
+OUTPUT_FUNCTIONS: dict[str, Definition] = {
+    "cross_entropy": margin,
+    "bce": signed_logit,
+    "mse": prediction,
+    "poisson": prediction,
+    "multinomial": profile_log_likelihood,
 }
+"""TRAK's model output function ``f`` for each loss: ``fn(ops, z, t) -> (B,)``."""
+
+TASK_LOSSES: dict[str, str] = {
+    "classification": "cross_entropy",
+    "binary": "bce",
+    "regression": "mse",
+}
+"""The loss each earlier ``task=`` name stands for."""
+
+TASKS: dict[str, Definition] = {task: OUTPUT_FUNCTIONS[loss] for task, loss in TASK_LOSSES.items()}
+"""TRAK's model output function of each earlier ``task=`` name."""
+
+SINGLE_OUTPUT: frozenset[str] = frozenset({"bce", "mse", "poisson"})
+"""Losses whose TRAK output function reads one output (``z[:, 0]``)."""
 
 
-def out_to_loss(task: str, ops: Ops, z: Tensor, t: Tensor) -> Tensor:
-    """TRAK's weights ``Q = -dL/df`` of the output function ``f`` of ``task``: ``1 - p_y`` and
-    ``sigmoid(-f)`` (the same thing for the margin and the signed logit, computed as
-    ``exp(-softplus(f))``), the residual ``y - f`` for regression."""
-    f = TASKS[task](ops, z, t)
-    if task == "regression":
+def out_to_loss(
+    loss: str, ops: Ops, z: Tensor, t: Tensor, columns: Sequence[int] | None = None
+) -> Tensor:
+    """TRAK's weights ``Q = -dL/df`` of the output function ``f`` of ``loss``.
+
+    ``1 - p_y`` for ``"cross_entropy"`` and ``sigmoid(-f)`` for ``"bce"`` (the same function
+    of the margin and of the signed logit, computed as ``exp(-softplus(f))``); the residual
+    ``y - f`` for ``"mse"`` (that of ``L = (f - y)^2 / 2``: halving the loss scales every score
+    alike); ``y - exp(f)`` (counts minus rate) for ``"poisson"``; ``1`` for
+    ``"multinomial"``, whose ``f`` is the profile's log-likelihood itself (``L = -f``): its
+    scores predict how training on an example changes the log-likelihood of a test profile.
+
+    Parameters
+    ----------
+    loss : str
+        A key of ``OUTPUT_FUNCTIONS``, or an earlier task name (a key of ``TASK_LOSSES``).
+    ops : Ops
+        ``NUMPY`` on host arrays, or a backend on its tensors.
+    z : array of shape (B, K_all)
+        Model outputs (after ``output_fn``).
+    t : array of shape (B, ...)
+        Targets, as ``Labels.targets`` gives them (one-hot rows of class labels, or values).
+    columns : sequence of int, optional
+        The outputs the loss sees (``check_target``); None: all.
+
+    Returns
+    -------
+    array of shape (B,)
+    """
+    if columns is not None:
+        z = ops.take_columns(z, columns)
+    loss = TASK_LOSSES.get(loss, loss)
+    f = OUTPUT_FUNCTIONS[loss](ops, z, t)
+    if loss == "mse":
         return ops.reshape(t, (-1,)) - f
+    if loss == "poisson":
+        return ops.reshape(t, (-1,)) - ops.exp(f)
+    if loss == "multinomial":
+        return 0.0 * f + 1.0
     return ops.exp(-ops.softplus(f))
 
 
 # ----------------------------------------------------------------- binding
 @dataclass(frozen=True)
 class OutputFunction:
-    """A definition bound to a backend: the framework-native ``fn(z, t) -> (B,)`` it runs.
+    """A definition bound to a backend: the framework-native ``fn(z, t) -> (B,)`` it runs, on
+    the outputs ``columns`` of ``z`` (all when None).
 
-    Equal for equal definitions and backends, so compiled functions keyed by it are reused.
+    Equal for equal definitions, backends and columns, so compiled functions keyed by it are
+    reused.
     """
 
     definition: Definition
     ops: Any
+    columns: tuple[int, ...] | None = None
 
     def __call__(self, z: Tensor, t: Tensor) -> Tensor:
+        if self.columns is not None:
+            z = self.ops.take_columns(z, self.columns)
         return self.definition(self.ops, z, t)
 
 
-_BOUND: dict[tuple[Definition, Any], OutputFunction] = {}
+_BOUND: dict[tuple[Definition, Any, tuple[int, ...] | None], OutputFunction] = {}
 
 
-def bound(definition: Definition, backend: Any) -> OutputFunction:
-    """``definition`` bound to ``backend``: one object per pair, alive for the process, so that
-    compiled functions a backend keeps per function object outlive each method object."""
-    key = (definition, backend)
+def bound(
+    definition: Definition, backend: Any, columns: Sequence[int] | None = None
+) -> OutputFunction:
+    """``definition`` bound to ``backend``, applied to the outputs ``columns`` (as
+    ``check_target`` gives them; None: all outputs).
+
+    One object per (definition, backend, columns), alive for the process, so that compiled
+    functions a backend keeps per function object outlive each method object.
+    """
+    key = (definition, backend, None if columns is None else tuple(int(c) for c in columns))
     if key not in _BOUND:
-        _BOUND[key] = OutputFunction(definition, backend)
+        _BOUND[key] = OutputFunction(*key)
     return _BOUND[key]
+
+
+def check_target(target: Any, n_outputs: int, func: str) -> tuple[int, ...] | None:
+    """The output columns ``target`` selects for the loss, checked against the model's outputs.
+
+    Parameters
+    ----------
+    target : None, int or sequence of int
+        None: every output; an int or a sequence of distinct ints: those columns of the model's
+        (B, n_outputs) output (after ``output_fn``), in that order; negative ints count from
+        the end.
+    n_outputs : int
+        Outputs of the model (after ``output_fn``).
+    func : str
+        The public function named in errors.
+
+    Returns
+    -------
+    tuple of int or None
+        Non-negative column indices, or None for all outputs.
+    """
+    if target is None:
+        return None
+    columns, _ = resolve_targets(target, n_outputs, func)
+    if len(set(columns)) != len(columns):
+        raise parameter_error(
+            func,
+            "target",
+            "distinct output indices",
+            target,
+            "Each output enters the loss once; list it once.",
+        )
+    return tuple(columns)
 
 
 class NumpyOps:
@@ -162,6 +310,9 @@ class NumpyOps:
 
     def reshape(self, tensor: np.ndarray, shape: Sequence[int]) -> np.ndarray:
         return np.reshape(tensor, tuple(shape))
+
+    def take_columns(self, tensor: np.ndarray, columns: Sequence[int]) -> np.ndarray:
+        return tensor[:, list(columns)]
 
     def logsumexp(self, tensor: np.ndarray, axis: int) -> np.ndarray:
         top = tensor.max(axis=axis, keepdims=True)

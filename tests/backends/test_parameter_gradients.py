@@ -101,6 +101,10 @@ def output_gradient(name: str, z: np.ndarray, t: np.ndarray) -> np.ndarray:
         return (sigmoid(z) - t) / z.shape[1]
     if name == "mse":
         return 2 * (z - t) / z.shape[1]
+    if name == "poisson":
+        return (np.exp(z) - t) / z.shape[1]
+    if name == "multinomial":  # counts that need not sum to one
+        return t.sum(1, keepdims=True) * softmax(z) - t
     if name == "classification":  # d/dz (z_y - logsumexp_{k != y} z_k)
         others = np.where(t > 0, -np.inf, z)
         return t - np.where(t > 0, 0, softmax(others))

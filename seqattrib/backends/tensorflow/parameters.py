@@ -139,6 +139,9 @@ class TensorFlowParameterGradients:
     def sum(self, tensor: tf.Tensor, axis: Sequence[int]) -> tf.Tensor:
         return tf.reduce_sum(tensor, axis=tuple(axis))
 
+    def take_columns(self, tensor: tf.Tensor, columns: Sequence[int]) -> tf.Tensor:
+        return tf.gather(tensor, list(columns), axis=1)
+
     def where(self, condition: tf.Tensor, x: Any, y: Any) -> tf.Tensor:
         return tf.where(tf.not_equal(condition, 0), x, y)
 

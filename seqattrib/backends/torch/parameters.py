@@ -129,6 +129,9 @@ class TorchParameterGradients:
     def sum(self, tensor: torch.Tensor, axis: Sequence[int]) -> torch.Tensor:
         return tensor.sum(dim=tuple(axis))
 
+    def take_columns(self, tensor: torch.Tensor, columns: Sequence[int]) -> torch.Tensor:
+        return tensor[:, list(columns)]
+
     def where(self, condition: torch.Tensor, x: Any, y: Any) -> torch.Tensor:
         return torch.where(condition != 0, x, y)
 
