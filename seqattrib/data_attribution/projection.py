@@ -48,9 +48,13 @@ PROJECTION_BYTES = 256 * 2**20
 #: that they stay in cache (on a BPNet-sized model, one thread, 4 rows of 117k parameters at
 #: s = 4 ran 2.2x faster than 64 rows at once).
 CPU_GATHER_BYTES = 8 * 2**20
-#: Nonzeros per parameter of a sparse projection (``s``): the measured sweep of
-#: ``benchmarks/bench_projection.py``.
-SPARSE_NONZEROS = 4
+#: Nonzeros per parameter of a sparse projection (``s``), from the sweep of
+#: ``benchmarks/bench_projection.py``: the variance of inner products does not depend on ``s``,
+#: the tail does (two dominant coordinates that share an output cost about ``sqrt(d) / s``
+#: standard deviations: 18 at s = 1, 5 at s = 8, 4 for a dense matrix, measured on
+#: heavy-tailed vectors at d = 2048), and the cost grows with ``s`` (about 0.1 of the
+#: per-example gradient passes at s = 8 on a BPNet-sized model, one CPU thread).
+SPARSE_NONZEROS = 8
 
 
 class RandomProjection:
@@ -227,9 +231,9 @@ def make_projection(n_features: int, proj_dim: int, seed: int, kind: str = "auto
         Seed of the projection.
     kind : {"auto", "rademacher", "gaussian", "sparse"}
         ``"auto"``: the dense Rademacher matrix when its ``4 n d`` bytes fit in
-        ``PROJECTION_BYTES`` (held on the device), else the sparse projection with
-        ``SPARSE_NONZEROS`` nonzeros per feature (a dense matrix that large would be
-        regenerated for every batch).
+        ``PROJECTION_BYTES`` (held on the device), else the sparse projection (a dense matrix
+        that large would be regenerated for every batch). A sparse projection has
+        ``SPARSE_NONZEROS`` nonzeros per feature, or ``proj_dim`` when that is smaller.
 
     Returns
     -------
@@ -246,7 +250,7 @@ def make_projection(n_features: int, proj_dim: int, seed: int, kind: str = "auto
     if kind == "auto":
         kind = "rademacher" if n_features * proj_dim * 4 <= PROJECTION_BYTES else "sparse"
     if kind == "sparse":
-        return SparseProjection(n_features, proj_dim, seed)
+        return SparseProjection(n_features, proj_dim, seed, min(SPARSE_NONZEROS, proj_dim))
     return RandomProjection(n_features, proj_dim, seed, kind)
 
 
@@ -266,10 +270,11 @@ class Projector:
     def __init__(self, backend: ParameterBackend, projection: Projection | None) -> None:
         self.backend = backend
         self.projection = projection
-        self.matrix: Tensor | None = None
+        self.matrix: Tensor | None = None  # a dense matrix held whole
+        self.regenerated: RandomProjection | None = None  # a dense one applied in chunks
+        self.indices: Tensor | None = None  # a sparse one: (m * d,) features
+        self.signs: Tensor | None = None  # ... and (m, d) signs
         self.chunk = 0
-        self.indices: Tensor | None = None
-        self.signs: Tensor | None = None
         if isinstance(projection, SparseProjection):
             indices, signs = projection.arrays()
             dtype = "int32" if projection.n_features < 2**31 else "int64"
@@ -282,35 +287,37 @@ class Projector:
             self.chunk = max(fit, BLOCK_ROWS)
             if self.chunk >= projection.n_features:
                 self.matrix = backend.asarray(projection.matrix())
+            else:
+                self.regenerated = projection
 
     def __call__(self, grads: Tensor) -> np.ndarray:
         be = self.backend
-        if self.projection is None:
-            return be.to_numpy(grads)
         if self.indices is not None:
-            return be.to_numpy(self._sparse(grads))
+            return be.to_numpy(self._sparse(grads, self.indices, self.signs))
         if self.matrix is not None:
             return be.to_numpy(be.matmul(grads, self.matrix))
+        if self.regenerated is None:
+            return be.to_numpy(grads)
         total = None
-        n_features = self.projection.n_features
+        n_features = self.regenerated.n_features
         for start in range(0, n_features, self.chunk):
             stop = min(start + self.chunk, n_features)
             columns = be.take(grads, be.asarray(np.arange(start, stop), "int64"), axis=1)
-            part = be.matmul(columns, be.asarray(self.projection.rows(start, stop)))
+            part = be.matmul(columns, be.asarray(self.regenerated.rows(start, stop)))
             total = part if total is None else total + part
         return be.to_numpy(total)
 
-    def _sparse(self, grads: Tensor) -> Tensor:
-        """The sparse projection of a batch: gather, sign, fold the ``m`` rows, sum."""
-        be, signs = self.backend, self.signs
+    def _sparse(self, grads: Tensor, indices: Tensor, signs: Tensor) -> Tensor:
+        """The sparse projection of a batch: gather, sign, sum over the ``m`` rows."""
+        be = self.backend
         rows = int(grads.shape[0])
-        depth, proj_dim = (int(n) for n in signs.shape)  # type: ignore[union-attr]
+        depth, proj_dim = (int(n) for n in signs.shape)
         parts = []
         for start in range(0, rows, self.chunk):
             stop = min(start + self.chunk, rows)
             part = grads
             if stop - start < rows:
                 part = be.take(grads, be.asarray(np.arange(start, stop), "int64"), axis=0)
-            gathered = be.reshape(be.take(part, self.indices, axis=1), (-1, depth, proj_dim))
+            gathered = be.reshape(be.take(part, indices, axis=1), (-1, depth, proj_dim))
             parts.append(be.sum(gathered * signs, axis=(1,)))
         return be.concat(parts)

@@ -245,6 +245,8 @@ def test_make_projection_kinds_and_errors():
     )
     assert make_projection(10**6, 2048, 0, "rademacher").describe() == {"kind": "rademacher"}
     assert make_projection(10, 4, 0, "sparse").describe() == {"kind": "sparse", "nonzeros": 4}
+    sparse = make_projection(10, 2048, 0, "sparse").describe()
+    assert sparse == {"kind": "sparse", "nonzeros": SPARSE_NONZEROS}
     with pytest.raises(ValueError, match=r"The 'kind' parameter of make_projection .*'dense'"):
         make_projection(10, 4, 0, "dense")
     with pytest.raises(ValueError, match="nonzeros"):
