@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import copy
 import subprocess
-import warnings
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from seqattrib.cli.data_attribution import KeyScheme, key_schemes, read_labels
 MODEL = "seqattrib.demo:torch_model"
 N_TRAIN, N_TEST = 12, 3
 #: Small and fixed, so that a shard computes exactly what one process computes.
-SETTINGS = ["--proj-dim", "16", "--batch-size", "12", "--quiet"]
+SETTINGS = ["--proj-dim", "8", "--batch-size", "12", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +123,8 @@ def _expected(method, files, y_train, y_test, **settings):
     """top_k of the API on the same sequences, labels and checkpoints (no store)."""
     _, checkpoints, X, _, _ = files
     cls = sa.TRAK if method == "trak" else sa.TracIn
-    estimator = cls(demo.torch_model(), checkpoints, proj_dim=16, batch_size=12, **settings)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", sa.SeqAttribWarning)
-        estimator.fit(X["train"], y_train)
+    estimator = cls(demo.torch_model(), checkpoints, proj_dim=8, batch_size=12, **settings)
+    estimator.fit(X["train"], y_train)
     return estimator.top_k(X["test"], y_test, 5)
 
 
@@ -320,3 +317,32 @@ def test_class_labels_for_cross_entropy(files, tmp_path, capsys):
     assert main([*argv, "--label-columns", "class"]) == 1
     err = capsys.readouterr().err.strip()
     assert "--labels must be class indices (0, 1, ...) for --loss cross_entropy. Got 0.5" in err
+
+
+def test_a_store_of_other_settings_is_refused_until_overwrite(files, tmp_path, capsys):
+    store = tmp_path / "train.h5"
+    extra = ["--label-columns", "class"]
+    assert _fit("trak", files, store, *extra) == 0
+    first = store.read_bytes()
+    assert _fit("trak", files, store, *extra, "--random-state", "1") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("seqattrib trak: error: --store must be a features store of the same")
+    assert "other settings" in err and "pass --overwrite to featurize again" in err
+    assert store.read_bytes() == first
+    assert _fit("trak", files, store, *extra, "--random-state", "1", "--overwrite") == 0
+    out_seed0, out_seed1 = tmp_path / "seed0.tsv", tmp_path / "seed1.tsv"
+    assert _top_k("trak", files, store, out_seed1, *extra) == 0
+    assert _fit("trak", files, tmp_path / "seed0.h5", *extra) == 0
+    assert _top_k("trak", files, tmp_path / "seed0.h5", out_seed0, *extra) == 0
+    assert out_seed1.read_text() != out_seed0.read_text()  # the store of seed 1 replaced it
+
+
+def test_top_k_without_the_labels_it_needs(files, tmp_path, capsys):
+    store = tmp_path / "train.h5"
+    assert _fit("trak", files, store, "--label-columns", "class") == 0
+    argv = ["trak", "top-k", "--model", MODEL, "--checkpoints", *files[1], "--store", str(store)]
+    argv += ["--fasta", str(files[0] / "test.fa"), "-o", str(tmp_path / "top.tsv")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("seqattrib trak: error: --labels must be given: the test sequences'")
+    assert "--loss cross_entropy" in err and not (tmp_path / "top.tsv").exists()

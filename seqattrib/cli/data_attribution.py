@@ -365,14 +365,24 @@ def top_k(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     _refuse_existing(out, args.overwrite, command)
     model, X, schemes = _model_and_sequences(args)
+    loss = _store_loss(args.store)
+    y = None
+    if args.labels is not None:
+        y = read_labels(args.labels, schemes, loss, command, columns=args.label_columns)
+    elif args.command == "tracin" or loss != "mse":
+        raise parameter_error(
+            command,
+            "--labels",
+            f"given: the test sequences' labels, which the scores of {args.command} with "
+            f"--loss {loss} depend on",
+            "none",
+            "Pass --labels with the test sequences' labels (or the model's predictions).",
+            described=True,
+        )
     with reading("--store", args.store, "path"):
         estimator = _estimator_class(args.command).from_store(
             args.store, model, list(args.checkpoints), device=args.device
         )
-    y = None
-    if args.labels is not None:
-        loss = _store_loss(args.store)
-        y = read_labels(args.labels, schemes, loss, command, columns=args.label_columns)
     indices, scores = estimator.top_k(
         X,
         y,
