@@ -51,9 +51,13 @@ def checked_source(X: Any, param: str, func: str) -> SequenceSource:
     return source
 
 
-def n_outputs(backend: Backend, model: Any, source: SequenceSource) -> int:
-    """Outputs of the model (one forward pass of one sequence; inside a session)."""
-    return int(backend.forward(model, backend.asarray(source.read(0, 1)), Head()).shape[1])
+def n_outputs(
+    backend: Backend, model: Any, source: SequenceSource, head: Head | None = None
+) -> int:
+    """Outputs of the model after ``head`` (one forward pass of one sequence; inside a
+    session)."""
+    x = backend.asarray(source.read(0, 1))
+    return int(backend.forward(model, x, Head() if head is None else head).shape[1])
 
 
 def label_array(y: Any, n: int, param: str, func: str) -> np.ndarray:

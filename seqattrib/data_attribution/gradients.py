@@ -15,6 +15,7 @@ from ..engine import SequenceSource
 from ..engine.outputs import Head
 from .examples import Labels
 from .outputs import Tensor
+from .selection import select_parameters
 
 #: batch_size="auto": one batch of flattened float32 per-example gradients within this many
 #: bytes...
@@ -69,10 +70,12 @@ def gradient_plan(
     method: str,
     *,
     traced: bool = True,
+    parameters: Any = None,
 ) -> GradientPlan:
-    """The trainable parameters (read outside the session: the torch session switches
-    ``requires_grad`` off; none when ``traced`` is False) and the batch size (``None``, i.e.
-    "auto": ``auto_batch_size`` of their number).
+    """The trainable parameters traced (``parameters``: a selection for
+    ``selection.select_parameters``, None for all; read outside the session: the torch session
+    switches ``requires_grad`` off; none when ``traced`` is False) and the batch size (``None``,
+    i.e. "auto": ``auto_batch_size`` of their number).
     """
     if not traced:
         return GradientPlan([], 0, batch_size or auto_batch_size(0))
@@ -86,10 +89,12 @@ def gradient_plan(
             f"Unfreeze the parameters whose training {method} should trace.",
             described=True,
         )
-    n_params = sum(int(np.prod(shape)) for _, shape in params)
-    return GradientPlan(
-        [name for name, _ in params], n_params, batch_size or auto_batch_size(n_params)
-    )
+    names = [name for name, _ in params]
+    if parameters is not None:
+        names = select_parameters(backend, model, parameters, func)
+    shapes = dict(params)
+    n_params = sum(int(np.prod(shapes[name])) for name in names)
+    return GradientPlan(names, n_params, batch_size or auto_batch_size(n_params))
 
 
 def device_batches(
@@ -108,7 +113,7 @@ def device_batches(
     """
     for start in range(0, source.n_sequences, rows):
         stop = min(start + rows, source.n_sequences)
-        x, y = source.read(start, stop), labels.values[start:stop]
+        x, y = source.read(start, stop), np.asarray(labels.values[start:stop], labels.dtype)
         if pad and stop - start < rows:
             fill = rows - (stop - start)
             x = np.concatenate([x, np.repeat(x[:1], fill, axis=0)])
@@ -165,6 +170,7 @@ def _check_gradients(
     batch: tuple[int, int, Tensor, Tensor],
     grads: Tensor,
     rows: Rows,
+    head: Head,
 ) -> None:
     """Refuse a batch whose gradients hold a NaN or inf (one sum per example crosses to the
     host), naming its first such example and whether its output or its ``fn`` value (a loss)
@@ -176,7 +182,7 @@ def _check_gradients(
     bad = _bad_rows(backend.to_numpy(grads)[:n])
     if not bad.any():
         return  # finite gradients whose sum overflowed
-    outputs = backend.forward(model, x, Head())
+    outputs = backend.forward(model, x, head)
     out_bad = _bad_rows(backend.to_numpy(outputs)[:n])
     fn_bad = _bad_rows(np.asarray(backend.to_numpy(fn(outputs, y)), np.float64)[:n])
     either = bad | out_bad | fn_bad
@@ -200,13 +206,16 @@ def gradient_batches(
     rows: Rows,
     *,
     pad: bool = False,
+    head: Head | None = None,
 ) -> Iterator[tuple[int, int, Tensor, Tensor]]:
     """``(start, stop, x, gradients)``: per-example gradients of ``fn`` (a loss or model
-    output function) with respect to the plan's parameters, (rows, n_params) on the device,
-    batch by batch (``pad`` as for ``device_batches``). A NaN or inf gradient is an error
-    naming the example (``rows``) and whether its output or ``fn`` value is not finite."""
+    output function, of the outputs ``head`` gives) with respect to the plan's parameters,
+    (rows, n_params) on the device, batch by batch (``pad`` as for ``device_batches``). A NaN
+    or inf gradient is an error naming the example (``rows``) and whether its output or ``fn``
+    value is not finite."""
+    head = Head() if head is None else head
     for batch in device_batches(backend, source, labels, plan.rows, pad=pad):
         start, stop, x, y = batch
-        grads = backend.per_example_gradients(model, x, y, fn, plan.names, Head())
-        _check_gradients(backend, model, fn, batch, grads, rows)
+        grads = backend.per_example_gradients(model, x, y, fn, plan.names, head)
+        _check_gradients(backend, model, fn, batch, grads, rows, head)
         yield start, stop, x, grads

@@ -90,6 +90,20 @@ def _block_best(key: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def fixed_rows(product: Callable[[np.ndarray], np.ndarray], a: np.ndarray, rows: int) -> np.ndarray:
+    """``product(a)`` computed on blocks of exactly ``rows`` rows of ``a`` (the last padded with
+    copies of its first row): BLAS results of a row depend on the number of rows in its
+    product, so a test example's scores then never depend on the other test examples."""
+    parts = []
+    for start in range(0, len(a), rows):
+        block = a[start : start + rows]
+        m = len(block)
+        if m < rows:
+            block = np.concatenate([block, np.repeat(block[:1], rows - m, axis=0)])
+        parts.append(product(block)[:m])
+    return np.concatenate(parts)
+
+
 def streamed_top_k(
     score_block: ScoreBlock, blocks: Iterator[slice], n_group: int, k: int, proponents: bool
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,11 @@ checkpoints ``c`` of a training run. Written once against the backend protocol:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,16 +32,17 @@ from .._errors import parameter_error
 from .._validation import check_batch_size, check_positive_int, resolve_seed
 from ..backends import UnsupportedLayer
 from ..engine import SequenceSource
+from ..engine.outputs import Head
+from ..io.features import StoreFile, open_store, store_path
+from ..io.fingerprint import function_identity
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .examples import (
     HOST_BLOCK,
     Labels,
     checked_source,
-    class_labels,
-    label_array,
     n_outputs,
-    ranked,
 )
+from .featurize import StoreJob, check_ids, checked_span, fill_store
 from .gradients import (
     GradientPlan,
     Rows,
@@ -47,15 +52,30 @@ from .gradients import (
     gradient_plan,
     parameter_backend,
 )
-from .outputs import LOSSES, Tensor, bound
-from .projection import Projector, RandomProjection
+from .outputs import LOSSES, Tensor, bound, check_target
+from .projection import PROJECTION_BYTES, PROJECTION_KINDS, Projector, make_projection
+from .scoring import (
+    DEFAULT_GROUP,
+    check_group,
+    check_k,
+    check_scores_out,
+    dense_scores,
+    fixed_rows,
+    scores_file,
+    streamed_top_k,
+    test_groups,
+    train_blocks,
+)
+from .selection import check_labels
 
 
 @dataclass
 class _Fitted:
     plan: GradientPlan
-    source: SequenceSource
-    labels: Labels
+    n_train: int
+    # the training set, read again by exact scores (None when the features are in a store)
+    source: SequenceSource | None
+    labels: Labels | None
     fingerprints: list[str]
     learning_rates: list[float]
     # layer="last": per checkpoint, (activations with a ones column for the bias, deltas)
@@ -63,6 +83,13 @@ class _Fitted:
     # proj_dim: per checkpoint, projected training gradients (n_train, d)
     projected: list[np.ndarray]
     self_influence: np.ndarray | None
+    ids: list[str] | None = None
+    store: str | None = None
+    shard: bool = False
+
+
+#: Test rows per product with training gradients (every product has exactly this many rows).
+TEST_ROWS = 16
 
 
 class TracIn:
@@ -126,10 +153,14 @@ class TracIn:
         checkpoints: Any,
         *,
         loss: str | Callable[..., Any] = "cross_entropy",
+        target: int | Sequence[int] | None = None,
+        output_fn: Callable[[Any], Any] | None = None,
+        parameters: Any = None,
         load_checkpoint: Callable[[Any, Any], Any] | None = None,
         learning_rates: float | list[float] | None = None,
         layer: Literal["last"] | None = None,
         proj_dim: int | None = None,
+        projection: str = "auto",
         random_state: int | np.random.Generator | None = 0,
         batch_size: int | Literal["auto"] = "auto",
         device: Any = None,
@@ -142,11 +173,37 @@ class TracIn:
             raise parameter_error(
                 func,
                 "loss",
-                "'cross_entropy', 'bce', 'mse' or a callable loss(outputs, y) -> (batch,)",
+                "one of " + ", ".join(map(repr, LOSSES)) + " or a callable "
+                "loss(outputs, y) -> (batch,)",
                 loss,
             )
         if layer is not None and layer != "last":
             raise parameter_error(func, "layer", "None or 'last'", layer)
+        if output_fn is not None and not callable(output_fn):
+            raise parameter_error(func, "output_fn", "None or a callable", output_fn)
+        if not isinstance(projection, str) or projection not in PROJECTION_KINDS:
+            raise parameter_error(
+                func, "projection", "one of " + ", ".join(map(repr, PROJECTION_KINDS)), projection
+            )
+        if target is not None and not isinstance(loss, str):
+            raise parameter_error(
+                func,
+                "target",
+                "None with a callable loss",
+                target,
+                "Select the outputs inside the loss, or with output_fn.",
+            )
+        if layer == "last" and (
+            target is not None or output_fn is not None or parameters is not None
+        ):
+            raise parameter_error(
+                func,
+                "layer",
+                "None when target, output_fn or parameters is given",
+                "'last'",
+                "layer='last' takes the model's own output and its last dense layer; pass "
+                "parameters='last' instead (the same parameters, through their gradients).",
+            )
         if proj_dim is not None:
             check_positive_int(proj_dim, "proj_dim", func)
             if layer == "last":
@@ -159,9 +216,16 @@ class TracIn:
                 )
         self.model = model
         self.loss = loss
+        self.target = target
+        self.output_fn = output_fn
+        self.parameters = parameters
+        self._head = Head(output_fn, func="TracIn")
+        self._columns: tuple[int, ...] | None = None
+        self._n_outputs = 0
         self._fn = bound(LOSSES[loss], self._backend) if isinstance(loss, str) else loss
         self.layer = layer
         self.proj_dim = None if proj_dim is None else int(proj_dim)
+        self.projection = projection
         self.batch_size = batch_size
         self._batch_size = check_batch_size(batch_size, func)  # None: "auto"
         self.device = device
@@ -170,13 +234,29 @@ class TracIn:
         self._fitted: _Fitted | None = None
 
     # ----------------------------------------------------------------- public API
-    def fit(self, X_train: Any, y_train: Any) -> TracIn:
+    @property
+    def train_ids_(self) -> list[str] | None:
+        """The training ids given to ``fit`` (kept in the store), or None."""
+        fitted = self._require_fit("TracIn.train_ids_")
+        return None if fitted.ids is None else list(fitted.ids)
+
+    def fit(
+        self,
+        X_train: Any,
+        y_train: Any,
+        *,
+        store: str | os.PathLike[str] | None = None,
+        shard: tuple[int, int] | None = None,
+        ids: Any = None,
+        verbose: bool = False,
+    ) -> TracIn:
         """Take the training set and visit every checkpoint once.
 
         Checks the data and every checkpoint (fits the model, distinct content, learning rate).
         With ``layer="last"`` or ``proj_dim`` it also computes what the training examples
-        contribute, so later ``scores`` calls only compute test gradients. ``X_train`` is kept by
-        reference (numpy array, memmap or h5py dataset) and read in batches.
+        contribute, so later ``scores`` calls only compute test gradients. Otherwise ``X_train``
+        is kept by reference (numpy array, memmap, h5py dataset or
+        ``seqattrib.io.GenomeWindows``) and read in batches.
 
         Parameters
         ----------
@@ -184,15 +264,38 @@ class TracIn:
             One-hot training sequences, in the layout the model takes.
         y_train : array of shape (n_train,) or (n_train, n_outputs)
             Training labels for ``loss``.
+        store : path or None
+            With ``proj_dim``: an HDF5 features store for the projected training gradients and
+            self-influence terms, written block by block, fingerprinted, locked and resumable,
+            as for ``TRAK.fit`` (nothing of size ``n_train x proj_dim`` is held in memory).
+        shard : (index, count) or None
+            Featurize one shard of the training set into ``store``; join the shards with
+            ``seqattrib.io.merge``, then use ``TracIn.from_store``.
+        ids : sequence of str or None
+            A name per training sequence, kept in the store.
+        verbose : bool
+            A progress bar (on stderr) while featurizing into a store.
 
         Returns
         -------
         self
         """
         func = "TracIn.fit"
+        path = store_path(store, func)
+        if path is not None and self.proj_dim is None:
+            raise parameter_error(
+                func,
+                "store",
+                "None unless proj_dim is given (the store holds projected gradients)",
+                path,
+                "Pass proj_dim=2048 (or another dimension) to TracIn.",
+            )
         source = checked_source(X_train, "X_train", func)
+        span = checked_span(shard, path, source.n_sequences, func)
+        names = check_ids(ids, source.n_sequences, func)
         be, model = self._backend, self.model
         plan = self._plan(func)
+        model_id = self._model_identity(plan)
         fingerprints: list[str] = []
         rates: list[float] = []
         last: list[tuple[np.ndarray, np.ndarray]] = []
@@ -201,6 +304,11 @@ class TracIn:
         with preserved_state(be, model, self.device):
             labels = self._labels(y_train, source, "y_train", func)
             project = self._projector(plan)
+            if path is not None and project is not None:
+                self._fitted = self._fit_store(
+                    path, source, labels, plan, model_id, span, names, verbose
+                )
+                return self
             for visit in self._checkpoints.visit(be, model, func):
                 fingerprints.append(visit.fingerprint)
                 rates.append(visit.learning_rate)
@@ -212,12 +320,14 @@ class TracIn:
                 elif project is not None:
                     chunks = []
                     for start, stop, grads in self._gradients(source, labels, plan, rows):
-                        chunks.append(project(grads))
-                        norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
+                        chunks.append(project(grads)[: stop - start])
+                        terms = self._squared_norms(grads)[: stop - start]
+                        norms[start:stop] += visit.learning_rate * terms
                     projected.append(np.concatenate(chunks))
         computed = self.layer is not None or project is not None
         self._fitted = _Fitted(
             plan=plan,
+            n_train=source.n_sequences,
             source=source,
             labels=labels,
             fingerprints=fingerprints,
@@ -225,10 +335,127 @@ class TracIn:
             last=last,
             projected=projected,
             self_influence=norms.astype(np.float32) if computed else None,
+            ids=names,
         )
         return self
 
-    def scores(self, X_test: Any, y_test: Any) -> np.ndarray:
+    @classmethod
+    def from_store(
+        cls,
+        store: str | os.PathLike[str],
+        model: Any,
+        checkpoints: Any,
+        *,
+        loss: str | Callable[..., Any] | None = None,
+        output_fn: Callable[[Any], Any] | None = None,
+        load_checkpoint: Callable[[Any, Any], Any] | None = None,
+        learning_rates: float | list[float] | None = None,
+        device: Any = None,
+    ) -> TracIn:
+        """A fitted TracIn from a finished features store, without the training set.
+
+        The settings (loss, proj_dim, seed, batch size) are the store's; the model, the
+        checkpoints and their learning rates must be those it was written with (checked:
+        anything else is refused in one line).
+
+        Parameters
+        ----------
+        store : path
+            A store written by ``fit(..., store=)`` with ``proj_dim`` (or merged from shards).
+        model, checkpoints, load_checkpoint, learning_rates, device
+            As for ``TracIn``.
+        loss : callable or None
+            The loss function, when the store was written with a callable loss (a named loss is
+            read from the store).
+        output_fn : callable or None
+            The ``output_fn`` the store was written with, if any.
+
+        Returns
+        -------
+        TracIn
+        """
+        func = "TracIn.from_store"
+        path = store_path(store, func) or ""
+        with open_store(path, func) as f:
+            settings = f.json("settings")
+            method = str(f.attrs["method"])
+            span = f.json("span")
+            done = f.n_completed == f.n_checkpoints * f.n_rows
+        if method != "TracIn" or span["shard"] is not None or not done:
+            raise parameter_error(
+                func,
+                "store",
+                "a finished TracIn store of the whole training set (merge shards first)",
+                f"{path!r}, a {method} store"
+                + ("" if span["shard"] is None else " of one shard")
+                + ("" if done else ", not finished"),
+                "Run TracIn.fit(..., store=) to the end, or merge its shards first.",
+                described=True,
+            )
+        stored_loss = settings["loss"]
+        if loss is None:
+            if str(stored_loss).startswith("callable:"):
+                raise parameter_error(
+                    func,
+                    "loss",
+                    "the callable loss the store was written with",
+                    None,
+                    "Pass loss=<the same function>.",
+                )
+            loss = stored_loss
+        tracin = cls(
+            model,
+            checkpoints,
+            loss=loss,
+            target=settings["target"],
+            output_fn=output_fn,
+            parameters=settings["parameters"],
+            load_checkpoint=load_checkpoint,
+            learning_rates=learning_rates,
+            proj_dim=settings["proj_dim"],
+            projection=settings["projection"],
+            random_state=settings["seed"],
+            batch_size=settings["rows"],
+            device=device,
+        )
+        tracin._n_outputs = int(settings["outputs"])
+        if isinstance(tracin.loss, str):
+            tracin._columns = check_target(settings["target"], tracin._n_outputs, func)
+            tracin._fn = bound(LOSSES[tracin.loss], tracin._backend, tracin._columns)
+        be = tracin._backend
+        plan = tracin._plan(func)
+        model_id = tracin._model_identity(plan)
+        with preserved_state(be, model, device):
+            visits = list(tracin._checkpoints.visit(be, model, func))
+            with open_store(path, func) as f:
+                differs = []
+                if str(f.attrs["model"]) != model_id:
+                    differs.append("another model (architecture or traced parameters)")
+                if f.json("checkpoints") != [v.fingerprint for v in visits]:
+                    differs.append("other checkpoints")
+                if f.json("settings") != tracin._store_settings(plan, visits):
+                    differs.append("other settings (loss or learning rates)")
+                if differs:
+                    raise parameter_error(
+                        func,
+                        "store",
+                        "a store written with this model, these checkpoints and settings",
+                        f"{path!r}, which holds features of " + " and ".join(differs),
+                        "Pass what the store was fitted with.",
+                        described=True,
+                    )
+                tracin._fitted = _stored(f, plan, visits)
+        return tracin
+
+    def scores(
+        self,
+        X_test: Any,
+        y_test: Any,
+        *,
+        out: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
+        max_cpu_sequences: int = DEFAULT_GROUP,
+    ) -> Any:
         """Influence of every training example on every test example's loss.
 
         Positive: the training example's gradient steps lowered the test loss (a proponent);
@@ -240,50 +467,33 @@ class TracIn:
             One-hot test sequences, in the layout the model takes.
         y_test : array of shape (n_test,) or (n_test, n_outputs)
             Labels for ``loss`` (e.g. the model's predictions, or the true labels).
+        out : path or None
+            Stream the matrix to this HDF5 file (dataset ``scores``) instead of returning it.
+        overwrite : bool
+            Replace an existing ``out``.
+        max_cpu_sequences : int
+            Test examples scored together.
 
         Returns
         -------
-        scores : float32 array of shape (n_test, n_train)
+        scores : float32 array of shape (n_test, n_train), or the path of ``out``
         """
-        return self._scores(X_test, y_test, "TracIn.scores")
-
-    def _scores(self, X_test: Any, y_test: Any, func: str) -> np.ndarray:
+        func = "TracIn.scores"
         fitted = self._require_fit(func)
+        target = check_scores_out(out, overwrite, func)
+        group = check_group(max_cpu_sequences, func)
         source = checked_source(X_test, "X_test", func)
-        be, model = self._backend, self.model
-        n_train = fitted.source.n_sequences
-        out = np.zeros((source.n_sequences, n_train), np.float32)
-        plan = fitted.plan
-        exact = self.layer is None and self.proj_dim is None
-        # The exact pass meets every training gradient: their norms come for free.
-        norms = np.zeros(n_train, np.float64) if exact and fitted.self_influence is None else None
-        with preserved_state(be, model, self.device):
-            labels = self._labels(y_test, source, "y_test", func)
-            project = self._projector(plan)
-            for visit in self._visits(fitted, func):
-                lr = np.float32(visit.learning_rate)
-                rows = self._rows(func, "X_test", visit)
-                if self.layer == "last":
-                    a_test, delta_test = self._last_layer(source, labels, plan, rows)
-                    a_train, delta_train = fitted.last[visit.index]
-                    for start in range(0, n_train, HOST_BLOCK):
-                        block = slice(start, start + HOST_BLOCK)
-                        out[:, block] += (
-                            lr * (delta_test @ delta_train[block].T) * (a_test @ a_train[block].T)
-                        )
-                elif project is not None:
-                    test = np.concatenate(
-                        [project(g) for _, _, g in self._gradients(source, labels, plan, rows)]
-                    )
-                    train = fitted.projected[visit.index]
-                    for start in range(0, n_train, HOST_BLOCK):
-                        block = slice(start, start + HOST_BLOCK)
-                        out[:, block] += lr * (test @ train[block].T)
-                else:
-                    self._exact(visit, source, labels, fitted, out, norms, func)
-        if norms is not None:
-            fitted.self_influence = norms.astype(np.float32)
-        return out
+        n_test = source.n_sequences
+        if target is None:
+            matrix = np.empty((n_test, fitted.n_train), np.float32)
+            for rows, block, blocks in self._score_groups(source, y_test, group, func):
+                dense_scores(block, blocks, matrix, rows)
+            return matrix
+        attrs = {"method": "TracIn", "store": fitted.store or ""}
+        with scores_file(target, n_test, fitted.n_train, attrs) as dataset:
+            for rows, block, blocks in self._score_groups(source, y_test, group, func):
+                dense_scores(block, blocks, dataset, rows)
+        return target
 
     def self_influence(self) -> np.ndarray:
         """Each training example's influence on its own loss: ``sum_c lr_c |grad loss|^2``.
@@ -298,22 +508,41 @@ class TracIn:
         """
         func = "TracIn.self_influence"
         fitted = self._require_fit(func)
+        if fitted.store is not None:
+            norms = np.zeros(fitted.n_train, np.float64)
+            with open_store(fitted.store, func) as store:
+                for c in range(store.n_checkpoints):
+                    stored = store.quantity("self_influence", c)
+                    for train in train_blocks(fitted.n_train, HOST_BLOCK):
+                        norms[train] += stored[train]
+            return norms.astype(np.float32)
         if fitted.self_influence is None:
             be, model = self._backend, self.model
-            norms = np.zeros(fitted.source.n_sequences, np.float64)
+            norms = np.zeros(fitted.n_train, np.float64)
             with preserved_state(be, model, self.device):
                 for visit in self._visits(fitted, func):
                     rows = self._rows(func, "X_train", visit)
-                    train = self._gradients(fitted.source, fitted.labels, fitted.plan, rows)
-                    for start, stop, grads in train:
-                        norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
+                    source, labels = _training_set(fitted)
+                    for start, stop, grads in self._gradients(source, labels, fitted.plan, rows):
+                        terms = self._squared_norms(grads)[: stop - start]
+                        norms[start:stop] += visit.learning_rate * terms
             fitted.self_influence = norms.astype(np.float32)
         return fitted.self_influence.copy()
 
     def top_k(
-        self, X_test: Any, y_test: Any, k: int, *, proponents: bool = True
+        self,
+        X_test: Any,
+        y_test: Any,
+        k: int,
+        *,
+        proponents: bool = True,
+        max_cpu_sequences: int = DEFAULT_GROUP,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` strongest proponents (or opponents) of each test example.
+
+        With ``proj_dim`` or ``layer="last"``, computed block by block of training examples
+        with a partial selection (the full matrix is never built); exact gradients hold one
+        group of test rows' scores, ``max_cpu_sequences x n_train``, at a time.
 
         Parameters
         ----------
@@ -324,6 +553,8 @@ class TracIn:
         proponents : bool
             True: the highest scores, in descending order; False: the opponents, the lowest
             scores in ascending order (most negative first).
+        max_cpu_sequences : int
+            Test examples scored together.
 
         Returns
         -------
@@ -333,14 +564,180 @@ class TracIn:
         """
         func = "TracIn.top_k"
         fitted = self._require_fit(func)
-        n_train = fitted.source.n_sequences
-        return ranked(lambda: self._scores(X_test, y_test, func), n_train, k, proponents, func)
+        k = check_k(k, proponents, fitted.n_train, func)
+        group = check_group(max_cpu_sequences, func)
+        source = checked_source(X_test, "X_test", func)
+        indices = np.empty((source.n_sequences, k), np.int64)
+        values = np.empty((source.n_sequences, k), np.float32)
+        for rows, block, blocks in self._score_groups(source, y_test, group, func):
+            n = rows.stop - rows.start
+            indices[rows], values[rows] = streamed_top_k(block, blocks, n, k, proponents)
+        return indices, values
 
     # ----------------------------------------------------------------- internals
     def _require_fit(self, func: str) -> _Fitted:
         if self._fitted is None:
             raise RuntimeError(f"{func} needs the training set first: call fit(X_train, y_train).")
+        if self._fitted.store is not None and self._fitted.shard:
+            raise parameter_error(
+                func,
+                "store",
+                "a store of the whole training set",
+                f"the shard store {self._fitted.store!r}",
+                "Merge the shards with seqattrib.io.merge (seqattrib merge), then use "
+                "TracIn.from_store on the merged store.",
+                error=RuntimeError,
+                described=True,
+            )
         return self._fitted
+
+    @contextmanager
+    def _training_features(self, fitted: _Fitted, func: str) -> Iterator[list[Any]]:
+        """Per checkpoint, the projected training gradients: in memory or rows of the store."""
+        if fitted.store is None:
+            yield fitted.projected
+            return
+        with open_store(fitted.store, func) as store:
+            yield [store.features(c) for c in range(store.n_checkpoints)]
+
+    def _score_groups(
+        self, source: SequenceSource, y_test: Any, group: int, func: str
+    ) -> Iterator[tuple[slice, Callable[[slice], np.ndarray], Iterator[slice]]]:
+        """Per group of test rows: the rows, the function that scores them against a block of
+        training rows, and the blocks. Checkpoints are visited once per group."""
+        fitted = self._require_fit(func)
+        be, model = self._backend, self.model
+        n_train, plan = fitted.n_train, fitted.plan
+        exact = self.layer is None and self.proj_dim is None
+        # The exact pass meets every training gradient: their norms come for free.
+        norms = np.zeros(n_train, np.float64) if exact and fitted.self_influence is None else None
+        with (
+            preserved_state(be, model, self.device),
+            self._training_features(fitted, func) as train,
+        ):
+            labels = self._labels(y_test, source, "y_test", func)
+            project = self._projector(plan)
+            for rows in test_groups(source.n_sequences, group):
+                part = source.rows(rows.start, rows.stop)
+                part_labels = Labels(labels.values[rows], labels.dtype, labels.depth)
+                n = rows.stop - rows.start
+                terms: list[tuple[np.float32, Any, Any]] = []
+                dense = np.zeros((n, n_train), np.float32) if exact else None
+                for visit in self._visits(fitted, func):
+                    lr = np.float32(visit.learning_rate)
+                    check = self._rows(func, "X_test", visit)
+                    if self.layer == "last":
+                        a_test, delta_test = self._last_layer(part, part_labels, plan, check)
+                        terms.append((lr, (a_test, delta_test), fitted.last[visit.index]))
+                    elif project is not None:
+                        gradients = self._gradients(part, part_labels, plan, check)
+                        test = np.concatenate([project(g)[: b - a] for a, b, g in gradients])
+                        terms.append((lr, test, train[visit.index]))
+                    elif dense is not None:
+                        self._exact(visit, part, part_labels, fitted, dense, norms, func)
+                if norms is not None:
+                    fitted.self_influence = norms.astype(np.float32)
+                    norms = None
+                block = functools.partial(_block_scores, self.layer, terms, dense, n, TEST_ROWS)
+                yield rows, block, train_blocks(n_train, HOST_BLOCK)
+
+    def _fit_store(
+        self,
+        path: str,
+        source: SequenceSource,
+        labels: Labels,
+        plan: GradientPlan,
+        model_id: str,
+        span: Any,
+        ids: list[str] | None,
+        verbose: bool,
+    ) -> _Fitted:
+        func = "TracIn.fit"
+        be = self._backend
+        visits = list(self._checkpoints.visit(be, self.model, func))
+        fingerprints = [v.fingerprint for v in visits]
+        job = StoreJob(
+            "TracIn",
+            model_id,
+            self._store_settings(plan, visits),
+            int(self.proj_dim or 0),
+            ("self_influence",),
+            False,
+        )
+        project = self._projector(plan)
+        assert project is not None  # fit refuses a store without proj_dim
+
+        def featurize(visit: Visit, part: SequenceSource, part_labels: Labels) -> Iterator[Any]:
+            rows = self._rows(func, "X_train", visit)
+            for start, stop, grads in self._gradients(part, part_labels, plan, rows):
+                terms = visit.learning_rate * self._squared_norms(grads)[: stop - start]
+                yield start, stop, project(grads)[: stop - start], {"self_influence": terms}
+
+        fill_store(
+            path,
+            job,
+            source,
+            labels,
+            ids,
+            span,
+            fingerprints,
+            lambda: self._checkpoints.visit(be, self.model, func, expected=fingerprints),
+            featurize,
+            None,
+            verbose,
+            func,
+        )
+        fitted = _Fitted(
+            plan=plan,
+            n_train=source.n_sequences,
+            source=None,
+            labels=None,
+            fingerprints=fingerprints,
+            learning_rates=[v.learning_rate for v in visits],
+            last=[],
+            projected=[],
+            self_influence=None,
+            ids=ids,
+            store=path,
+            shard=span is not None,
+        )
+        return fitted
+
+    def _model_identity(self, plan: GradientPlan) -> str:
+        """The model a store's features belong to: its class, backend and traced parameters
+        (read outside a session, which freezes the parameters)."""
+        be, model = self._backend, self.model
+        shapes = dict(be.trainable_parameters(model))
+        return json.dumps(
+            {
+                "class": f"{type(model).__module__}.{type(model).__qualname__}",
+                "backend": be.name,
+                "parameters": [[n, list(shapes[n])] for n in plan.names],
+                "output_fn": function_identity(self.output_fn),
+            },
+            sort_keys=True,
+        )
+
+    def _store_settings(self, plan: GradientPlan, visits: list[Visit]) -> dict[str, Any]:
+        """What a store's features depend on besides the model, checkpoints and data."""
+        loss = (
+            self.loss if isinstance(self.loss, str) else f"callable:{function_identity(self.loss)}"
+        )
+        kind = self._projection_kind(plan)
+        matrix = make_projection(plan.n_params, int(self.proj_dim or 1), 0, kind).describe()
+        return {
+            "backend": self._backend.name,
+            "loss": loss,
+            "target": None if self._columns is None else list(self._columns),
+            "outputs": self._n_outputs,
+            "proj_dim": self.proj_dim,
+            "projection": self.projection,
+            "projection_matrix": matrix,
+            "seed": self._seed,
+            "rows": plan.rows,
+            "parameters": plan.names,
+            "learning_rates": [v.learning_rate for v in visits],
+        }
 
     def _plan(self, func: str) -> GradientPlan:
         """The trainable parameters and the batch size (no parameters with layer="last")."""
@@ -351,13 +748,24 @@ class TracIn:
             func,
             "TracIn",
             traced=self.layer != "last",
+            parameters=self.parameters,
         )
 
+    def _projection_kind(self, plan: GradientPlan) -> str:
+        """``projection``, where "auto" is a dense Gaussian matrix while it fits on the device
+        (else sparse)."""
+        dense = plan.n_params * int(self.proj_dim or 0) * 4 <= PROJECTION_BYTES
+        return "gaussian" if self.projection == "auto" and dense else self.projection
+
     def _projector(self, plan: GradientPlan) -> Projector | None:
-        """The projector of the gradients to proj_dim (one Gaussian matrix), or None."""
+        """The projector of the gradients to proj_dim (one matrix for every checkpoint), or
+        None."""
         if self.proj_dim is None:
             return None
-        return Projector(self._backend, RandomProjection(plan.n_params, self.proj_dim, self._seed))
+        kind = self._projection_kind(plan)
+        return Projector(
+            self._backend, make_projection(plan.n_params, self.proj_dim, self._seed, kind)
+        )
 
     def _visits(self, fitted: _Fitted, func: str) -> Iterator[Visit]:
         return self._checkpoints.visit(
@@ -365,8 +773,14 @@ class TracIn:
         )
 
     def _labels(self, y: Any, source: SequenceSource, param: str, func: str) -> Labels:
-        outputs = n_outputs(self._backend, self.model, source)
-        return _check_labels(y, source.n_sequences, self.loss, outputs, param, func)
+        """Labels for ``loss`` (binding it to the columns ``target`` selects)."""
+        outputs = n_outputs(self._backend, self.model, source, self._head)
+        self._n_outputs = outputs
+        if isinstance(self.loss, str):
+            self._columns = check_target(self.target, outputs, func)
+            self._fn = bound(LOSSES[self.loss], self._backend, self._columns)
+        selected = outputs if self._columns is None else len(self._columns)
+        return check_labels(y, source.n_sequences, self.loss, selected, param, func)
 
     def _rows(self, func: str, param: str, visit: Visit) -> Rows:
         return Rows(func, param, visit.index, "loss")
@@ -375,8 +789,21 @@ class TracIn:
         self, source: SequenceSource, labels: Labels, plan: GradientPlan, rows: Rows
     ) -> Iterator[tuple[int, int, Tensor]]:
         """``(start, stop, gradients)``: per-example loss gradients (rows, n_params) on the
-        device, batch by batch (a NaN or inf is an error naming its example, ``rows``)."""
-        batches = gradient_batches(self._backend, self.model, self._fn, source, labels, plan, rows)
+        device, batch by batch, every batch of exactly ``plan.rows`` rows (the last padded with
+        copies of its first example: rows past ``stop - start``), so that an example's results
+        never depend on the others of its batch (a NaN or inf is an error naming its example,
+        ``rows``)."""
+        batches = gradient_batches(
+            self._backend,
+            self.model,
+            self._fn,
+            source,
+            labels,
+            plan,
+            rows,
+            pad=True,
+            head=self._head,
+        )
         for start, stop, _, grads in batches:
             yield start, stop, grads
 
@@ -434,58 +861,73 @@ class TracIn:
         """
         be = self._backend
         plan = fitted.plan
-        tests = self._gradients(source, labels, plan, self._rows(func, "X_test", visit))
-        test = be.concat([grads for _, _, grads in tests])
+        check = self._rows(func, "X_test", visit)
+        tests = list(self._gradients(source, labels, plan, check))
         lr = np.float32(visit.learning_rate)
         train = self._rows(func, "X_train", visit)
-        for start, stop, grads in self._gradients(fitted.source, fitted.labels, plan, train):
-            out[:, start:stop] += lr * be.to_numpy(be.matmul(test, grads, transpose_b=True))
+        train_source, train_labels = _training_set(fitted)
+        for start, stop, grads in self._gradients(train_source, train_labels, plan, train):
+            for first, last, test in tests:
+                product = be.to_numpy(be.matmul(test, grads, transpose_b=True))
+                out[first:last, start:stop] += lr * product[: last - first, : stop - start]
             if norms is not None:
-                norms[start:stop] += visit.learning_rate * self._squared_norms(grads)
+                terms = self._squared_norms(grads)[: stop - start]
+                norms[start:stop] += visit.learning_rate * terms
+
+
+def _block_scores(
+    layer: str | None,
+    terms: list[tuple[np.float32, Any, Any]],
+    dense: np.ndarray | None,
+    n: int,
+    rows: int,
+    train: slice,
+) -> np.ndarray:
+    """Scores (n, rows of ``train``) float32 of a group of test rows: the sum over checkpoints
+    of ``lr`` times the inner products of test and training gradients (projected, or by the
+    last-layer identity), or the columns of the group's exact scores."""
+    if dense is not None:
+        return dense[:, train]
+    out = np.zeros((n, train.stop - train.start), np.float32)
+    for lr, test, training in terms:
+        if layer == "last":
+            (a_test, delta_test), (a_train, delta_train) = test, training
+            deltas = functools.partial(_times, delta_train[train].T)
+            inputs = functools.partial(_times, a_train[train].T)
+            out += lr * fixed_rows(deltas, delta_test, rows) * fixed_rows(inputs, a_test, rows)
+        else:
+            other = functools.partial(_times, np.asarray(training[train]).T)
+            out += lr * fixed_rows(other, test, rows)
+    return out
+
+
+def _times(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return np.asarray(rows @ matrix)
+
+
+def _training_set(fitted: _Fitted) -> tuple[SequenceSource, Labels]:
+    """The training set of a fit that keeps it (every fit but one read from a store)."""
+    if fitted.source is None or fitted.labels is None:
+        raise RuntimeError("TracIn: a fit from a store holds no training sequences")
+    return fitted.source, fitted.labels
+
+
+def _stored(store: StoreFile, plan: GradientPlan, visits: list[Visit]) -> _Fitted:
+    """The fitted state of a finished store (read on demand when scoring)."""
+    return _Fitted(
+        plan=plan,
+        n_train=store.n_rows,
+        source=None,
+        labels=None,
+        fingerprints=[v.fingerprint for v in visits],
+        learning_rates=[v.learning_rate for v in visits],
+        last=[],
+        projected=[],
+        self_influence=None,
+        ids=store.ids(),
+        store=store.path,
+    )
 
 
 def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
-
-
-def _check_labels(
-    y: Any, n: int, loss: str | Callable[..., Any], n_outputs: int, param: str, func: str
-) -> Labels:
-    """Labels for ``loss``: one per sequence, in range; returns host values and device dtype."""
-    values = label_array(y, n, param, func)
-    if loss == "cross_entropy":
-        if n_outputs < 2:
-            raise parameter_error(
-                func,
-                "loss",
-                "'bce' or 'mse' for a model with one output",
-                "'cross_entropy'",
-                "Cross-entropy needs one output (logit) per class.",
-                described=True,
-            )
-        return class_labels(values, n_outputs, "loss='cross_entropy'", param, func)
-    if isinstance(loss, str):
-        shapes = {(n, n_outputs)} | ({(n,), (n, 1)} if n_outputs == 1 else set())
-        if values.shape not in shapes:
-            raise parameter_error(
-                func,
-                param,
-                f"labels of shape {' or '.join(str(s) for s in sorted(shapes))} for loss="
-                f"{loss!r} (one per output of the model)",
-                values,
-            )
-        if loss == "bce":
-            bad = (values < 0) | (values > 1)
-            if bad.any():
-                i = int(np.argwhere(bad)[0][0])
-                raise parameter_error(
-                    func,
-                    param,
-                    "labels in [0, 1] for loss='bce'",
-                    f"the label {values.reshape(n, -1)[i].tolist()!r} for sequence {i}",
-                    described=True,
-                )
-        return Labels(values.astype(np.float32), "float32")
-    if values.dtype.kind in "iu":
-        return Labels(values.astype(np.int64), "int64")
-    return Labels(values.astype(np.float32), "float32")

@@ -31,7 +31,7 @@ import json
 import numbers
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -42,9 +42,10 @@ from .._errors import SeqAttribWarning, parameter_error
 from .._validation import check_batch_size, check_positive_int, resolve_seed
 from ..engine import SequenceSource
 from ..engine.outputs import Head
-from ..io.features import StoreFile, StoreWriter, open_store, store_path
+from ..io.features import StoreFile, StoreWriter, open_store, register_kernel_step, store_path
+from ..io.fingerprint import function_identity
 from .checkpoints import Checkpoints, Visit, preserved_state
-from .examples import Labels, checked_source, class_labels, label_array, n_outputs
+from .examples import Labels, checked_source, n_outputs
 from .featurize import StoreJob, check_ids, checked_span, fill_store
 from .gradients import (
     GradientPlan,
@@ -54,8 +55,8 @@ from .gradients import (
     gradient_plan,
     parameter_backend,
 )
-from .outputs import NUMPY, TASKS, bound, out_to_loss
-from .projection import Projector, RandomProjection
+from .outputs import NUMPY, OUTPUT_FUNCTIONS, TASK_LOSSES, bound, check_target, out_to_loss
+from .projection import PROJECTION_KINDS, Projector, make_projection
 from .scoring import (
     DEFAULT_GROUP,
     check_group,
@@ -67,6 +68,7 @@ from .scoring import (
     test_groups,
     train_blocks,
 )
+from .selection import check_labels
 from .trak_cache import cache_key, cache_path, read_cache, write_cache
 from .trak_kernel import (
     CONDITION_WARNING,
@@ -81,7 +83,8 @@ from .trak_kernel import (
 
 #: proj_dim=None builds a (n_params x n_params) float64 kernel: refuse more parameters.
 _MAX_EXACT_PARAMS = 16384
-_PROJECTION_KIND = "rademacher"
+#: Losses whose output function does not read the labels: y_test may be None.
+_LABEL_FREE = frozenset({"mse", "poisson"})
 
 
 @dataclass
@@ -191,9 +194,14 @@ class TRAK:
         model: Any,
         checkpoints: Any,
         *,
-        task: Literal["classification", "binary", "regression"] = "classification",
+        task: Literal["classification", "binary", "regression"] | None = None,
+        loss: str | None = None,
+        target: int | Sequence[int] | None = None,
+        output_fn: Callable[[Any], Any] | None = None,
+        parameters: Any = None,
         load_checkpoint: Callable[[Any, Any], Any] | None = None,
         proj_dim: int | None = 2048,
+        projection: str = "auto",
         lambda_reg: float | Literal["auto"] = "auto",
         random_state: int | np.random.Generator | None = 0,
         batch_size: int | Literal["auto"] = "auto",
@@ -201,10 +209,15 @@ class TRAK:
     ) -> None:
         func = "TRAK"
         self._backend = parameter_backend(model, func)
-        if not isinstance(task, str) or task not in TASKS:
-            raise parameter_error(func, "task", "'classification', 'binary' or 'regression'", task)
+        self.loss = _resolve_loss(task, loss, func)
         if proj_dim is not None:
             check_positive_int(proj_dim, "proj_dim", func)
+        if not isinstance(projection, str) or projection not in PROJECTION_KINDS:
+            raise parameter_error(
+                func, "projection", "one of " + ", ".join(map(repr, PROJECTION_KINDS)), projection
+            )
+        if output_fn is not None and not callable(output_fn):
+            raise parameter_error(func, "output_fn", "None or a callable", output_fn)
         if not (isinstance(lambda_reg, str) and lambda_reg == "auto"):
             if (
                 isinstance(lambda_reg, (bool, str))
@@ -222,8 +235,14 @@ class TRAK:
             lambda_reg = float(lambda_reg)
         self.model = model
         self.task = task
-        self._fn = bound(TASKS[task], self._backend)
+        self.target = target
+        self.output_fn = output_fn
+        self.parameters = parameters
+        self._head = Head(output_fn, func="TRAK")
+        self._columns: tuple[int, ...] | None = None
+        self._fn = bound(OUTPUT_FUNCTIONS[self.loss], self._backend)
         self.proj_dim = None if proj_dim is None else int(proj_dim)
+        self.projection = projection
         self.lambda_reg = lambda_reg
         self.batch_size = batch_size
         self._batch_size = check_batch_size(batch_size, func)  # None: "auto"
@@ -329,12 +348,13 @@ class TRAK:
         span = checked_span(shard, path, source.n_sequences, func)
         names = check_ids(ids, source.n_sequences, func)
         be, model = self._backend, self.model
-        plan = gradient_plan(be, model, self._batch_size, func, "TRAK")
+        plan = self._plan(func)
         self._check_dimension(plan, source.n_sequences, func)
         model_id = self._model_identity(plan)  # outside the session, which freezes parameters
         with preserved_state(be, model, self.device):
-            outputs = n_outputs(be, model, source)
-            labels = _check_labels(y_train, source.n_sequences, self.task, outputs, "y_train", func)
+            outputs = n_outputs(be, model, source, self._head)
+            self._select(outputs, func)
+            labels = self._labels(y_train, source.n_sequences, outputs, "y_train", func)
             if path is not None:
                 fitted = self._fit_store(
                     path, source, labels, plan, (model_id, outputs), span, names, verbose
@@ -402,17 +422,21 @@ class TRAK:
         trak = cls(
             model,
             checkpoints,
-            task=settings["task"],
+            loss=settings["loss"],
+            target=settings["target"],
+            output_fn=output_fn,
+            parameters=settings["parameters"],
             load_checkpoint=load_checkpoint,
             proj_dim=settings["proj_dim"],
+            projection=settings["projection"],
             lambda_reg=settings["lambda_reg"],
             random_state=settings["seed"],
             batch_size=settings["rows"],
             device=device,
         )
-        del output_fn  # the model's raw output is what TRAK's output functions take
+        trak._select(int(settings["outputs"]), func)
+        plan = trak._plan(func)
         be = trak._backend
-        plan = gradient_plan(be, model, trak._batch_size, func, "TRAK")
         model_id = trak._model_identity(plan)
         with preserved_state(be, model, device):
             fingerprints = [v.fingerprint for v in trak._checkpoints.visit(be, model, func)]
@@ -617,10 +641,10 @@ class TRAK:
         n_test = source.n_sequences
         rows_per_batch = fitted.plan.rows
         with preserved_state(be, model, self.device), self._kernels(fitted, func) as fits:
-            if y_test is None and self.task == "regression":
+            if y_test is None and self.loss in _LABEL_FREE:
                 labels = Labels(np.zeros(n_test, np.float32), "float32")
             else:
-                labels = _check_labels(y_test, n_test, self.task, fitted.n_outputs, "y_test", func)
+                labels = self._labels(y_test, n_test, fitted.n_outputs, "y_test", func)
             dim = fits[0].inverse.shape[0]
             for rows in test_groups(n_test, group):
                 part = source.rows(rows.start, rows.stop)
@@ -733,8 +757,11 @@ class TRAK:
         start = 0
         for stop, phi, out in self._features(source, labels, plan, visit, rows, with_outputs=True):
             check_finite(out, start, rows, "model outputs")
-            targets = labels.targets(NUMPY, labels.values[start:stop])
-            weights = np.asarray(out_to_loss(self.task, NUMPY, out, targets), np.float64)
+            values = np.asarray(labels.values[start:stop], labels.dtype)
+            targets = labels.targets(NUMPY, values)
+            weights = np.asarray(
+                out_to_loss(self.loss, NUMPY, out, targets, self._columns), np.float64
+            )
             check_finite(weights, start, rows, "out-to-loss weights")
             yield start, stop, phi, weights
             start = stop
@@ -756,14 +783,16 @@ class TRAK:
         projection = None
         if self.proj_dim is not None:
             seed = _checkpoint_seed(self._seed, visit)
-            projection = RandomProjection(plan.n_params, self.proj_dim, seed, _PROJECTION_KIND)
+            projection = make_projection(plan.n_params, self.proj_dim, seed, self.projection)
         project = Projector(be, projection)
-        batches = gradient_batches(be, self.model, self._fn, source, labels, plan, rows, pad=True)
+        batches = gradient_batches(
+            be, self.model, self._fn, source, labels, plan, rows, pad=True, head=self._head
+        )
         for start, stop, x, grads in batches:
             features = project(grads)[: stop - start]
             out = np.empty((0, 0))
             if with_outputs:
-                out = be.to_numpy(be.forward(self.model, x, Head())).astype(np.float64)
+                out = be.to_numpy(be.forward(self.model, x, self._head)).astype(np.float64)
                 out = out[: stop - start]
             yield stop, features, out
 
@@ -774,16 +803,37 @@ class TRAK:
     def _settings(self, plan: GradientPlan) -> dict[str, Any]:
         """What the fitted state depends on besides data and checkpoints (the cache key)."""
         be = self._backend
+        matrix = None
+        if self.proj_dim is not None:
+            matrix = make_projection(plan.n_params, self.proj_dim, 0, self.projection).describe()
         return {
             "backend": be.name,
-            "task": self.task,
+            "loss": self.loss,
+            "target": None if self._columns is None else list(self._columns),
             "proj_dim": self.proj_dim,
-            "projection": _PROJECTION_KIND,
+            "projection": self.projection,
+            "projection_matrix": matrix,
             "lambda_reg": self.lambda_reg,
             "seed": self._seed,
             "rows": plan.rows,
             "parameters": plan.names,
         }
+
+    def _plan(self, func: str) -> GradientPlan:
+        """The parameters traced (``parameters``) and the batch size."""
+        be, model = self._backend, self.model
+        return gradient_plan(be, model, self._batch_size, func, "TRAK", parameters=self.parameters)
+
+    def _select(self, outputs: int, func: str) -> None:
+        """Check ``target`` against the model's ``outputs`` (after ``output_fn``) and bind the
+        output function to the columns it selects."""
+        self._columns = check_target(self.target, outputs, func)
+        self._fn = bound(OUTPUT_FUNCTIONS[self.loss], self._backend, self._columns)
+
+    def _labels(self, y: Any, n: int, outputs: int, param: str, func: str) -> Labels:
+        """Labels for the output function of ``loss``, one row per sequence."""
+        selected = outputs if self._columns is None else len(self._columns)
+        return check_labels(y, n, self.loss, selected, param, func, output_function=True)
 
     def _model_identity(self, plan: GradientPlan) -> str:
         """The model a store's features belong to: its class, backend and traced parameters."""
@@ -794,6 +844,7 @@ class TRAK:
                 "class": f"{type(model).__module__}.{type(model).__qualname__}",
                 "backend": be.name,
                 "parameters": [[n, list(shapes[n])] for n in plan.names],
+                "output_fn": function_identity(self.output_fn),
             },
             sort_keys=True,
         )
@@ -875,54 +926,32 @@ def _inverse_condition(inverse: np.ndarray) -> float:
     return condition(np.linalg.eigvalsh(inverse)[::-1] ** -1.0)
 
 
+def _resolve_loss(task: Any, loss: Any, func: str) -> str:
+    """The loss name of ``loss=`` or the earlier ``task=`` spelling (not both, unless they
+    agree); "cross_entropy" when neither is given."""
+    if task is not None and (not isinstance(task, str) or task not in TASK_LOSSES):
+        raise parameter_error(func, "task", "'classification', 'binary' or 'regression'", task)
+    if loss is not None and (not isinstance(loss, str) or loss not in OUTPUT_FUNCTIONS):
+        raise parameter_error(
+            func, "loss", "one of " + ", ".join(map(repr, OUTPUT_FUNCTIONS)), loss
+        )
+    if task is not None and loss is not None and TASK_LOSSES[task] != loss:
+        raise parameter_error(
+            func,
+            "task",
+            f"consistent with loss={loss!r}",
+            f"{task!r}, which means loss={TASK_LOSSES[task]!r}",
+            "Pass loss= alone.",
+            described=True,
+        )
+    if loss is not None:
+        return str(loss)
+    return TASK_LOSSES[task] if task is not None else "cross_entropy"
+
+
 def _checkpoint_seed(seed: int, visit: Visit) -> int:
     """The projection seed of a checkpoint: from the seed sequence (seed, checkpoint index)."""
     return int(np.random.SeedSequence([seed, visit.index]).generate_state(1, np.uint64)[0])
 
 
-def _check_labels(y: Any, n: int, task: str, outputs: int, param: str, func: str) -> Labels:
-    """Labels for ``task``: one per sequence, in range; host values and device dtype."""
-    values = label_array(y, n, param, func)
-    if task == "classification":
-        if outputs < 2:
-            raise parameter_error(
-                func,
-                "task",
-                "'binary' or 'regression' for a model with one output",
-                "'classification'",
-                "task='classification' needs one output (logit) per class.",
-                described=True,
-            )
-        return class_labels(values, outputs, "task='classification'", param, func)
-    if outputs != 1:
-        fix = (
-            "Use task='classification' for one logit per class."
-            if task == "binary"
-            else "Wrap the model so that it returns the one output to attribute."
-        )
-        raise parameter_error(
-            func,
-            "task",
-            "'classification' for a model with several outputs",
-            f"{task!r} for a model with {outputs} outputs",
-            fix,
-            described=True,
-        )
-    if values.shape not in {(n,), (n, 1)}:
-        raise parameter_error(
-            func, param, f"labels of shape ({n},) or ({n}, 1) for task={task!r}", values
-        )
-    values = values.reshape(n)
-    if task == "binary":
-        bad = (values != 0) & (values != 1)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise parameter_error(
-                func,
-                param,
-                "labels 0 or 1 for task='binary'",
-                f"the label {values[i].item()!r} for sequence {i}",
-                "Threshold soft labels, or use task='regression' for real-valued targets.",
-                described=True,
-            )
-    return Labels(values.astype(np.float32), "float32")
+register_kernel_step("TRAK", finish_store)

@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +59,17 @@ _DIFFERENCES = {
     "labels": "other labels",
     "ids": "other training ids",
 }
+
+
+#: The kernel step of each method that has one (``name -> step(path, func)``), registered by
+#: the method's module: a merge of shards ends with it.
+KERNEL_STEPS: dict[str, Callable[[str, str], None]] = {}
+
+
+def register_kernel_step(method: str, step: Callable[[str, str], None]) -> None:
+    """Register ``step(path, func)``, which completes a store of ``method`` holding every row
+    of a training set (TRAK's kernel)."""
+    KERNEL_STEPS[method] = step
 
 
 @dataclass
@@ -553,7 +564,7 @@ class StoreInfo:
 
     method: str
     settings: dict[str, Any]
-    n_total: int
+    n_train: int
     start: int
     stop: int
     shard: dict[str, int] | None
@@ -574,7 +585,7 @@ def read_store(path: str | os.PathLike[str]) -> StoreInfo:
     Returns
     -------
     StoreInfo
-        Its method, settings, the rows it holds (``start:stop`` of ``n_total``, and its shard),
+        Its method, settings, the rows it holds (``start:stop`` of ``n_train``) and its shard,
         its progress (units of one checkpoint and row), whether it is finished (every row, and
         the kernel where the method has one), and the training ids, if any.
     """
@@ -583,7 +594,7 @@ def read_store(path: str | os.PathLike[str]) -> StoreInfo:
         return StoreInfo(
             method=identity.method,
             settings=identity.settings,
-            n_total=identity.n_total,
+            n_train=identity.n_total,
             start=identity.start,
             stop=identity.start + identity.n_rows,
             shard=None if identity.shard is None else identity.shard.setting(),

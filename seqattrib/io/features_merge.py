@@ -11,7 +11,7 @@ import numpy as np
 
 from .._errors import parameter_error, refuse_existing
 from ..shards import check_shard_set
-from .features import FORMAT, StoreIdentity, StoreWriter, identity_of, open_store
+from .features import FORMAT, KERNEL_STEPS, StoreIdentity, StoreWriter, identity_of, open_store
 from .hdf5 import is_hdf5
 from .lock import acquire
 from .merge import merge_tracks
@@ -80,8 +80,8 @@ def merge_features(shards: Sequence[PathLike], out: PathLike, *, overwrite: bool
     """Join the features stores of a sharded ``TRAK.fit`` / ``TracIn.fit`` into one store.
 
     The merged store holds the same values, bit for bit, as one ``fit`` of the whole training
-    set. TRAK's kernel step (``Phi^T Phi`` streamed from the store, and its inverse) is done by
-    ``TRAK.from_store`` on first use, or by ``seqattrib merge`` right away. Refuses shards that
+    set, TRAK's kernel included (``Phi^T Phi`` streamed from the merged store, and its
+    inverse, computed here). Refuses shards that
     are unfinished, repeated or missing, or that come from another job (method, model,
     checkpoints or settings). The output is written beside itself (``out.partial``) and renamed
     when complete, under a write lock.
@@ -166,6 +166,14 @@ def _write(paths: list[Path], identities: list[StoreIdentity], out: Path, overwr
             partial.unlink()
         raise
     writer.close()
+    finish = KERNEL_STEPS.get(first.method) if first.kernel_step else None
+    try:
+        if finish is not None:
+            finish(os.fspath(partial), _FUNC)
+    except BaseException:
+        if partial.exists():
+            partial.unlink()
+        raise
     if overwrite and out.exists():
         out.unlink()
     os.replace(partial, out)
