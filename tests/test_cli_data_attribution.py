@@ -346,3 +346,18 @@ def test_top_k_without_the_labels_it_needs(files, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("seqattrib trak: error: --labels must be given: the test sequences'")
     assert "--loss cross_entropy" in err and not (tmp_path / "top.tsv").exists()
+
+
+def test_ctrl_c_during_fit_says_the_store_resumes(files, tmp_path, monkeypatch, capsys):
+    def interrupt(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sa.TRAK, "fit", interrupt)
+    store = tmp_path / "train.h5"
+    assert _fit("trak", files, store, "--label-columns", "class", "--shard", "1/2") == 130
+    err = capsys.readouterr().err.strip()
+    shard = tmp_path / "train.shard-1-of-2.h5"
+    assert err == (
+        f"seqattrib trak: interrupted: {shard} keeps the training features written so far; "
+        "rerun the same command to resume it (--overwrite starts again)."
+    )
