@@ -129,22 +129,43 @@ def _expected(method, files, y_train, y_test, **settings):
 
 
 @pytest.mark.parametrize(
-    "method, extra, labels",
-    [("trak", ["--label-columns", "class"], "class")],
+    "method, columns, extra, settings",
+    [
+        ("trak", "class", [], {}),
+        ("trak", "C", ["--loss", "bce", "--target", "2"], {"loss": "bce", "target": 2}),
+        ("trak", "B", ["--loss", "mse", "--target", "1"], {"loss": "mse", "target": 1}),
+        (
+            "tracin",
+            "class",
+            ["--learning-rates", "0.5,0.25", "--parameters", "last"],
+            {"learning_rates": [0.5, 0.25], "parameters": "last"},
+        ),
+        ("tracin", "A,B,C", ["--loss", "bce"], {"loss": "bce"}),
+    ],
 )
-def test_fit_then_top_k_equals_the_api(method, extra, labels, files, tmp_path, capsys):
+def test_fit_then_top_k_equals_the_api(method, columns, extra, settings, files, tmp_path, capsys):
+    """The table holds the API's top_k on the same data; TRAK with --loss mse scores without
+    test labels."""
     _, _, _, y, ids = files
     store, out = tmp_path / "train.h5", tmp_path / "top.tsv"
-    assert _fit(method, files, store, *extra) == 0
+    assert _fit(method, files, store, "--label-columns", columns, *extra) == 0
     assert capsys.readouterr().out.strip() == str(store)
-    assert _top_k(method, files, store, out, "--label-columns", extra[-1]) == 0
-    assert capsys.readouterr().out.strip() == str(out)
-    if labels == "class":
-        y_train, y_test = y["train"].argmax(1), y["test"].argmax(1)
-        indices, scores = _expected(method, files, y_train, y_test)
+    test_labels = [] if settings.get("loss") == "mse" else ["--label-columns", columns]
+    if not test_labels:
+        argv = ["trak", "top-k", "--model", MODEL, "--checkpoints", *files[1]]
+        argv += ["--store", str(store), "--fasta", str(files[0] / "test.fa")]
+        assert main([*argv, "-k", "5", "--out", str(out)]) == 0
     else:
-        y_train, y_test = y["train"].astype(np.float32), y["test"].astype(np.float32)
-        indices, scores = _expected(method, files, y_train, y_test, loss="bce")
+        assert _top_k(method, files, store, out, *test_labels) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    if columns == "class":
+        y_train, y_test = y["train"].argmax(1), y["test"].argmax(1)
+    else:
+        picked = ["ABC".index(c) for c in columns.split(",")]
+        y_train, y_test = (y[n][:, picked].astype(np.float32) for n in ("train", "test"))
+        if len(picked) == 1:
+            y_train, y_test = y_train[:, 0], y_test[:, 0]
+    indices, scores = _expected(method, files, y_train, y_test, **settings)
     test_ids, ranks, train_index, train_ids, table_scores = _read_table(out)
     assert test_ids == [i for i in ids["test"] for _ in range(5)]
     np.testing.assert_array_equal(ranks, np.tile(np.arange(1, 6), N_TEST))
@@ -153,19 +174,20 @@ def test_fit_then_top_k_equals_the_api(method, extra, labels, files, tmp_path, c
     np.testing.assert_array_equal(table_scores, scores.ravel())
 
 
-def test_two_shards_merged_give_the_table_of_one_run(files, tmp_path, capsys):
+@pytest.mark.parametrize("method", ["trak", "tracin"])
+def test_two_shards_merged_give_the_table_of_one_run(method, files, tmp_path, capsys):
     one, out_one = tmp_path / "one.h5", tmp_path / "one.tsv"
     extra = ["--label-columns", "class"]
-    assert _fit("trak", files, one, *extra) == 0
-    assert _top_k("trak", files, one, out_one, *extra) == 0
+    assert _fit(method, files, one, *extra) == 0
+    assert _top_k(method, files, one, out_one, *extra) == 0
     store = tmp_path / "train.h5"
     for shard in ("0/2", "1/2"):
-        assert _fit("trak", files, store, *extra, "--shard", shard) == 0
+        assert _fit(method, files, store, *extra, "--shard", shard) == 0
     shards = [tmp_path / f"train.shard-{i}-of-2.h5" for i in (0, 1)]
     assert capsys.readouterr().out.split() == [str(s) for s in (one, out_one, *shards)]
     assert main(["merge", *map(str, shards[::-1]), "-o", str(store)]) == 0
     out = tmp_path / "sharded.tsv"
-    assert _top_k("trak", files, store, out, *extra) == 0
+    assert _top_k(method, files, store, out, *extra) == 0
     assert out.read_text() == out_one.read_text()
 
 
@@ -361,3 +383,15 @@ def test_ctrl_c_during_fit_says_the_store_resumes(files, tmp_path, monkeypatch, 
         f"seqattrib trak: interrupted: {shard} keeps the training features written so far; "
         "rerun the same command to resume it (--overwrite starts again)."
     )
+
+
+def test_library_errors_in_flag_words(files, tmp_path, capsys):
+    store = tmp_path / "s.h5"
+    assert (
+        _fit("trak", files, store, "--label-columns", "A,C", "--loss", "bce", "--target", "0,2")
+        == 1
+    )
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("seqattrib trak: error: --target must be one output for --loss bce")
+    assert "--target k" in err and "target=" not in err
+    assert not store.exists()

@@ -365,7 +365,10 @@ def top_k(args: argparse.Namespace) -> Path:
     out = Path(args.out)
     _refuse_existing(out, args.overwrite, command)
     model, X, schemes = _model_and_sequences(args)
-    loss = _store_loss(args.store)
+    settings = _store_settings(args.store)
+    loss = settings.get("loss")
+    if not isinstance(loss, str):  # a store of the earlier TRAK, with a task
+        loss = TASK_LOSS.get(str(settings.get("task")), "mse")
     y = None
     if args.labels is not None:
         y = read_labels(args.labels, schemes, loss, command, columns=args.label_columns)
@@ -379,9 +382,11 @@ def top_k(args: argparse.Namespace) -> Path:
             "Pass --labels with the test sequences' labels (or the model's predictions).",
             described=True,
         )
+    # TracIn's learning rates are the store's (from_store checks those it is given)
+    rates = {"learning_rates": settings["learning_rates"]} if args.command == "tracin" else {}
     with reading("--store", args.store, "path"):
         estimator = _estimator_class(args.command).from_store(
-            args.store, model, list(args.checkpoints), device=args.device
+            args.store, model, list(args.checkpoints), device=args.device, **rates
         )
     indices, scores = estimator.top_k(
         X,
@@ -397,14 +402,12 @@ def top_k(args: argparse.Namespace) -> Path:
     return out
 
 
-def _store_loss(store: str) -> str:
-    """The loss a features store was written with (its labels' kind)."""
+def _store_settings(store: str) -> dict[str, Any]:
+    """The settings a features store was written with."""
     from ..io import read_store
 
     with reading("--store", store, "path"):
-        settings = read_store(store).settings
-    loss = settings.get("loss")
-    return loss if isinstance(loss, str) else TASK_LOSS.get(str(settings.get("task")), "mse")
+        return read_store(store).settings
 
 
 def _refuse_existing(out: Path, overwrite: bool, command: str) -> None:

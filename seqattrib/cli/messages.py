@@ -85,6 +85,7 @@ _IDIOMS = [
     (re.compile(r"\blambda_reg="), "--lambda-reg "),
     (re.compile(r"\blearning_rates="), "--learning-rates "),
     (re.compile(r"\bloss='(\w+)'"), r"--loss \1"),
+    (re.compile(r"\btarget= ?"), "--target "),
     (re.compile(r"\bdelete this one to featurize again\b"), "pass --overwrite to featurize again"),
     (re.compile(r"\bRun fit\(\.\.\., store=\.\.\.\) first\b"), "Run fit with --store first"),
     (re.compile(r"\bmultiply_by_inputs=False\b"), "--hypothetical"),
