@@ -395,3 +395,37 @@ def test_library_errors_in_flag_words(files, tmp_path, capsys):
     assert err.startswith("seqattrib trak: error: --target must be one output for --loss bce")
     assert "--target k" in err and "target=" not in err
     assert not store.exists()
+
+
+def test_genome_regions_labelled_by_name_give_window_ids(files, tmp_path, capsys):
+    """Training windows of a genome, labelled by the regions' names (a window off the end
+    dropped with its label): the table names the training windows chrom:start-end, and its
+    scores are the API's on the same windows."""
+    folder, checkpoints, X, _, _ = files
+    data = demo.load_data()
+    seqs = data["sequences"]
+    (tmp_path / "g.fa").write_text(f">chr1\n{''.join(seqs[:5])}\n>chr2\n{seqs[5]}\n")
+    starts = {"p0": ("chr1", 0), "p1": ("chr1", 200), "p2": ("chr1", 400), "p3": ("chr1", 600)}
+    starts.update({"p4": ("chr1", 800), "p5": ("chr2", 0), "p6": ("chr1", 950)})
+    bed = "".join(f"{c}\t{s}\t{s + 200}\t{name}\n" for name, (c, s) in starts.items())
+    (tmp_path / "train.bed").write_text(bed)
+    classes = {name: i % 3 for i, name in enumerate(starts)}
+    rows = "".join(f"{name}\t{classes[name]}\n" for name in reversed(list(starts)))
+    (tmp_path / "train.tsv").write_text("id\tclass\n" + rows)
+    store, out = tmp_path / "train.h5", tmp_path / "top.tsv"
+    argv = ["trak", "fit", "--model", MODEL, "--checkpoints", *checkpoints]
+    argv += ["--genome", str(tmp_path / "g.fa"), "--regions", str(tmp_path / "train.bed")]
+    argv += ["--length", "200", "--labels", str(tmp_path / "train.tsv"), "--store", str(store)]
+    assert main([*argv, "--proj-dim", "4", "--batch-size", "12", "--quiet"]) == 0
+    assert "dropped 1 of 7 windows" in capsys.readouterr().err
+    assert _top_k("trak", files, store, out, "-k", "3", "--label-columns", "class") == 0
+    _, _, train_index, train_ids, scores = _read_table(out)
+    windows = [f"{c}:{s}-{s + 200}" for c, s in list(starts.values())[:6]]
+    assert train_ids == [windows[i] for i in train_index]
+    X_train = sa.one_hot(seqs[:6]).transpose(0, 2, 1).copy()
+    y_train = np.array([classes[f"p{i}"] for i in range(6)])
+    trak = sa.TRAK(demo.torch_model(), checkpoints, proj_dim=4, batch_size=12)
+    y_test = np.asarray(data["labels"])[N_TRAIN : N_TRAIN + N_TEST].argmax(1)
+    indices, expected = trak.fit(X_train, y_train).top_k(X["test"], y_test, 3)
+    np.testing.assert_array_equal(train_index, indices.ravel())
+    np.testing.assert_array_equal(scores, expected.ravel())

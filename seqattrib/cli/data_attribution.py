@@ -498,12 +498,12 @@ def key_schemes(args: argparse.Namespace, X: Any) -> list[KeyScheme]:
 
     schemes = [
         KeyScheme(
-            "window coordinates (chrom:start-end)",
+            "window coordinates (chrom:start-end, 0-based as in BED)",
             coordinates(kept),
             frozenset(coordinates(windows.take(dropped))),
         ),
         KeyScheme(
-            "region coordinates (chrom:start-end of --regions)",
+            "region coordinates (chrom:start-end as in --regions)",
             coordinates(source.take(kept.index)),
             frozenset(coordinates(source.take(dropped))),
         ),
@@ -663,7 +663,8 @@ def _label_columns(
         raise refuse(
             "a tab-separated table whose header row names one 'id' column",
             f"the columns {header[:6]} in {path!r}",
-            "Name the column of sequence names or chrom:start-end ids 'id'.",
+            "Separate the columns by tabs, and name the column of sequence names or "
+            "chrom:start-end ids 'id'.",
         )
     labels = [name for i, name in enumerate(header) if i != keys[0]]
     if columns is None:
