@@ -24,14 +24,8 @@ from ..shards import resolve_shard, shard_path
 from .messages import reading
 from .parser import BATCH_SIZE, POSITIVE, SHARD, TARGETS, Parser, _typed
 
-#: The losses each method takes, its default first.
-LOSSES = {
-    "trak": ("cross_entropy", "bce", "mse", "poisson", "multinomial"),
-    "tracin": ("cross_entropy", "bce", "mse"),
-}
-#: TRAK's earlier ``task`` spelling of its loss.
-TASK_LOSS = {"classification": "cross_entropy", "binary": "bce", "regression": "mse"}
-PROJECTIONS = ("auto", "rademacher", "gaussian", "sparse")
+#: The loss of TRAK and TracIn when --loss (and TRAK's --task) is not given.
+DEFAULT_LOSS = "cross_entropy"
 #: The keywords of TRAK and TracIn that the flags of fit set (when given: the methods' own
 #: defaults are the flags' defaults).
 SETTINGS = (
@@ -224,19 +218,20 @@ def _add_inputs(p: argparse.ArgumentParser, *, labels_required: bool) -> None:
 
 def _add_settings(p: argparse.ArgumentParser, method: str) -> None:
     """The settings of ``fit`` (recorded in the store; top-k reads them from there)."""
-    losses = LOSSES[method]
+    from ..data_attribution.outputs import LOSSES, TASK_LOSSES
+    from ..data_attribution.projection import PROJECTION_KINDS
+
     p.add_argument(
         "--loss",
-        choices=losses,
-        help=f"the training loss, with labels: {losses[0]} (one column of class indices), bce "
-        "(0/1 columns, one per output), mse (real values)"
-        + (", poisson or multinomial (counts)" if method == "trak" else "")
-        + f" (default: {losses[0]})",
+        choices=list(LOSSES),
+        help="the training loss, with labels: cross_entropy (one column of class indices), bce "
+        "(0/1 columns, one per output), mse (real values), poisson or multinomial (counts) "
+        f"(default: {DEFAULT_LOSS})",
     )
     if method == "trak":
         p.add_argument(
             "--task",
-            choices=list(TASK_LOSS),
+            choices=list(TASK_LOSSES),
             help="earlier spelling of --loss: classification (cross_entropy), binary (bce), "
             "regression (mse) (default: none, see --loss)",
         )
@@ -256,7 +251,7 @@ def _add_settings(p: argparse.ArgumentParser, method: str) -> None:
     )
     p.add_argument(
         "--projection",
-        choices=PROJECTIONS,
+        choices=PROJECTION_KINDS,
         help="the random projection matrix (default: auto)",
     )
     if method == "trak":
@@ -345,7 +340,7 @@ def fit(args: argparse.Namespace) -> Path:
     """Project the training sequences' gradients into the store (or its shard)."""
     command = _command(args)
     model, X, schemes = _model_and_sequences(args)
-    loss = args.loss or TASK_LOSS.get(getattr(args, "task", None) or "", LOSSES[args.command][0])
+    loss = _loss(args.loss, getattr(args, "task", None))
     y = read_labels(args.labels, schemes, loss, command, columns=args.label_columns)
     shard = args.shard if args.shard is not None else resolve_shard(None)
     store = store_path(args)
@@ -366,9 +361,7 @@ def top_k(args: argparse.Namespace) -> Path:
     _refuse_existing(out, args.overwrite, command)
     model, X, schemes = _model_and_sequences(args)
     settings = _store_settings(args.store)
-    loss = settings.get("loss")
-    if not isinstance(loss, str):  # a store of the earlier TRAK, with a task
-        loss = TASK_LOSS.get(str(settings.get("task")), "mse")
+    loss = _loss(settings.get("loss"), settings.get("task"))
     y = None
     if args.labels is not None:
         y = read_labels(args.labels, schemes, loss, command, columns=args.label_columns)
@@ -400,6 +393,15 @@ def top_k(args: argparse.Namespace) -> Path:
     )
     print(out)
     return out
+
+
+def _loss(loss: Any, task: Any) -> str:
+    """The loss of ``loss`` and TRAK's earlier ``task`` spelling (a store's, or the flags')."""
+    from ..data_attribution.outputs import TASK_LOSSES
+
+    if isinstance(loss, str):
+        return loss
+    return TASK_LOSSES.get(str(task), DEFAULT_LOSS)
 
 
 def _store_settings(store: str) -> dict[str, Any]:
