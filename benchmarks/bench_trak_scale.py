@@ -24,9 +24,8 @@ thread (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` = 1 a
 2. top_k: ``TRAK.from_store(...).top_k(X_test, y_test, 100)``, streamed over the store;
 3. self-influence: ``TRAK.from_store(...).self_influence()``, streamed;
 4. shards: ``fit(..., shard=(i, 2))`` for i = 0, 1 in two processes at once, on two CPUs, then
-   ``seqattrib.io.merge`` of the two stores and the kernel step (``TRAK.from_store`` on the
-   merged store, as its first use does) in one more process; compared with phase 1 at
-   the same size;
+   ``seqattrib.io.merge`` of the two stores, which ends with the kernel step, in one more
+   process; compared with phase 1 at the same size;
 5. traker 0.3.2 at ``--traker-n`` (default 10^5) training sequences: the same model, checkpoint
    and ``proj_dim``, float32 (its float16 default is many times slower on a CPU), on the CPU
    with its ``BasicProjector``, ``FunctionalGradientComputer`` and ``MmapSaver`` (in the
@@ -66,6 +65,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -276,12 +276,7 @@ def _ours(spec: dict[str, Any]) -> Callable[[], Any]:
         trak = seqattrib.TRAK(model, [checkpoint], proj_dim=PROJ_DIM)
         return lambda: trak.fit(X, y, store=spec["store"], shard=shard)
     if phase == "merge":
-
-        def merge_and_kernel() -> Any:
-            seqattrib.io.merge(spec["shards"], spec["store"])
-            return seqattrib.TRAK.from_store(spec["store"], model, [checkpoint])
-
-        return merge_and_kernel
+        return lambda: seqattrib.io.merge(spec["shards"], spec["store"])
     if phase == "top_k":
         Xt, yt = open_test_set(workdir)
         return lambda: seqattrib.TRAK.from_store(spec["store"], model, [checkpoint]).top_k(
@@ -419,40 +414,50 @@ def _child_env() -> dict[str, str]:
 
 
 def run_phases(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run phases in fresh processes at once: each sets up, then all start on one signal."""
+    """Run phases in fresh processes at once: each sets up, then all start on one signal.
+    Their stderr goes to files (a full pipe would stall a child that the parent is not
+    reading yet)."""
     for spec in specs:
         log(f"  {spec['phase']} n={spec.get('n', 0):,} on CPU {spec['cpu']}")
-    children = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--phase", json.dumps(spec)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_child_env(),
-        )
-        for spec in specs
-    ]
-    try:
-        if specs[0]["phase"] != "traker_probe":
-            for child in children:
-                line = child.stdout.readline()  # type: ignore[union-attr]
-                if line.strip() != "ready":
-                    break
-            for child in children:
-                if child.poll() is None:
+    with tempfile.TemporaryDirectory() as folder:
+        logs = [Path(folder) / f"stderr-{i}.txt" for i in range(len(specs))]
+        children = []
+        for spec, path in zip(specs, logs, strict=True):
+            with open(path, "w") as stderr:
+                children.append(
+                    subprocess.Popen(
+                        [sys.executable, __file__, "--phase", json.dumps(spec)],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=stderr,
+                        text=True,
+                        env=_child_env(),
+                    )
+                )
+
+        def failed(i: int) -> RuntimeError:
+            return RuntimeError(f"phase {specs[i]} failed:\n{logs[i].read_text()[-3000:]}")
+
+        try:
+            if specs[0]["phase"] != "traker_probe":
+                for i, child in enumerate(children):
+                    if child.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+                        child.wait()
+                        raise failed(i)
+                for child in children:
                     child.stdin.write("go\n")  # type: ignore[union-attr]
                     child.stdin.flush()  # type: ignore[union-attr]
-        results = []
-        for spec, child in zip(specs, children, strict=True):
-            out, err = child.communicate()
-            if child.returncode != 0:
-                raise RuntimeError(f"phase {spec} failed:\n{err[-3000:]}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+            results = []
+            for i, child in enumerate(children):
+                out, _ = child.communicate()
+                if child.returncode != 0:
+                    raise failed(i)
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
     for result in results:
         if "end" in result:
             log(
