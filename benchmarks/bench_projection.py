@@ -8,7 +8,9 @@ Setting: a BPNet-style torch model (conv 4->64 width 21, 9 residual dilated conv
 thread. Featurisation is what TRAK and TracIn do per checkpoint: per-example gradients of the
 model's output (the torch backend's ``per_example_gradients``, in batches of
 ``auto_batch_size`` rows), projected to 2,048 dimensions. Variants, timed back to back over the
-same sequences (median over the repeats, each warmed up once):
+same sequences (median over the repeats, each warmed up once). Times are this process's CPU
+time (``time.process_time``, one thread): on a shared machine the wall-clock time of the same
+passes varied by 1.8x between repeats.
 
 - bare: the per-example gradient passes alone;
 - dense Rademacher: the same plus ``Projector`` with the dense matrix, which at this size
@@ -80,12 +82,13 @@ def featurise(
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """Median CPU seconds of ``fn`` over ``repeats`` calls after one warm-up."""
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times)
 
 
@@ -219,7 +222,7 @@ def main() -> None:
             ),
         ]
         log(f"featurisation of {n_sequences} sequences, batches of {rows}")
-        times = interleaved(variants, args.repeats)
+        times = interleaved(variants, args.repeats, clock=time.process_time)
         settings = f"{n_sequences} sequences, batches of {rows}, d={PROJ_DIM}"
         for name, what in (
             ("dense Rademacher", f"{dense.nbytes / 2**30:.2f} GiB matrix regenerated per batch"),
@@ -294,7 +297,7 @@ def main() -> None:
         print(line)
     print_report(
         rows_table,
-        "Ratios: the time to featurise the same sequences with the projection ÷ without it "
+        "Ratios: the CPU time to featurise the same sequences with the projection ÷ without it "
         "(gradients alone), median over the repeats.",
         notes,
     )
