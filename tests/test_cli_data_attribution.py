@@ -395,6 +395,12 @@ def test_library_errors_in_flag_words(files, tmp_path, capsys):
     assert err.startswith("seqattrib trak: error: --target must be one output for --loss bce")
     assert "--target k" in err and "target=" not in err
     assert not store.exists()
+    assert _fit("tracin", files, store, "--label-columns", "class", "--shard", "0/2") == 0
+    shard = tmp_path / "s.shard-0-of-2.h5"
+    assert _top_k("tracin", files, shard, tmp_path / "top.tsv", "--label-columns", "class") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("seqattrib tracin: error: --store must be a finished TracIn store of")
+    assert err.endswith("Run fit to the end, or merge its shards first.")
 
 
 def test_genome_regions_labelled_by_name_give_window_ids(files, tmp_path, capsys):

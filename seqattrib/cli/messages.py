@@ -88,6 +88,7 @@ _IDIOMS = [
     (re.compile(r"\btarget= ?"), "--target "),
     (re.compile(r"\bdelete this one to featurize again\b"), "pass --overwrite to featurize again"),
     (re.compile(r"\bRun fit\(\.\.\., store=\.\.\.\) first\b"), "Run fit with --store first"),
+    (re.compile(r"\bRun (TRAK|TracIn)\.fit\(\.\.\., store=\) to the end\b"), "Run fit to the end"),
     (re.compile(r"\bmultiply_by_inputs=False\b"), "--hypothetical"),
     (re.compile(r"\bPass format='bed' to\b"), "Keep its first three columns (cut -f1-3) to"),
 ]
