@@ -285,10 +285,10 @@ class TracIn:
         if path is not None and self.proj_dim is None:
             raise parameter_error(
                 func,
-                "store",
-                "None unless proj_dim is given (the store holds projected gradients)",
-                path,
-                "Pass proj_dim=2048 (or another dimension) to TracIn.",
+                "proj_dim",
+                "an integer when store= is given (a store holds projected gradients)",
+                None,
+                "Pass proj_dim=2048 (or another dimension) to TracIn, or drop store=.",
             )
         source = checked_source(X_train, "X_train", func)
         span = checked_span(shard, path, source.n_sequences, func)
@@ -354,9 +354,9 @@ class TracIn:
     ) -> TracIn:
         """A fitted TracIn from a finished features store, without the training set.
 
-        The settings (loss, proj_dim, seed, batch size) are the store's; the model, the
-        checkpoints and their learning rates must be those it was written with (checked:
-        anything else is refused in one line).
+        The settings (loss, target, parameters, proj_dim, seed, batch size and, unless given,
+        the learning rates) are the store's; the model and the checkpoints must be those it was
+        written with (checked: anything else is refused in one line).
 
         Parameters
         ----------
@@ -411,7 +411,7 @@ class TracIn:
             output_fn=output_fn,
             parameters=settings["parameters"],
             load_checkpoint=load_checkpoint,
-            learning_rates=learning_rates,
+            learning_rates=settings["learning_rates"] if learning_rates is None else learning_rates,
             proj_dim=settings["proj_dim"],
             projection=settings["projection"],
             random_state=settings["seed"],

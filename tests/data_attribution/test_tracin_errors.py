@@ -50,7 +50,7 @@ def test_empty_and_non_list_checkpoints(model, states):
 @pytest.mark.parametrize(
     "kwargs, error, pattern",
     [
-        ({"loss": "hinge"}, ValueError, r"'loss'.*'cross_entropy', 'bce', 'mse' or a callable"),
+        ({"loss": "hinge"}, ValueError, r"'loss'.*'cross_entropy', 'bce', 'mse', 'poisson', 'multinomial' or a callable"),
         ({"layer": "first"}, ValueError, r"'layer'.*None or 'last'"),
         ({"proj_dim": 0}, ValueError, r"'proj_dim'.*positive integer"),
         ({"layer": "last", "proj_dim": 8}, ValueError, r"'proj_dim'.*None when layer='last'"),
@@ -213,5 +213,5 @@ def test_cross_entropy_needs_several_outputs(train_set):
     w = models.convnet_weights(n_outputs=1)
     model = models.torch_model("convnet", w, "NLC")
     state = torch_state("convnet", w)
-    with pytest.raises(ValueError, match=r"'loss'.*'bce' or 'mse' for a model with one output"):
+    with pytest.raises(ValueError, match=r"'loss'.*'bce', 'mse' or 'poisson' for one output"):
         sa.TracIn(model, [state]).fit(*train_set)

@@ -95,19 +95,21 @@ def test_labels_for_the_task(model, states, one_output, train_set):
     bad[4] = 3
     with pytest.raises(ValueError, match=r"class labels in \[0, 3\).*label 3 for sequence 4"):
         sa.TRAK(model, states, proj_dim=8).fit(X, bad)
-    with pytest.raises(ValueError, match=r"integer class labels.*task='classification'"):
+    with pytest.raises(ValueError, match=r"integer class labels.*loss='cross_entropy'"):
         sa.TRAK(model, states, proj_dim=8).fit(X, y.astype(np.float32))
     with pytest.raises(ValueError, match=r"'y_train'.*finite.*sequence 2"):
-        sa.TRAK(model, states, proj_dim=8).fit(X, np.where(np.arange(40) == 2, np.nan, 1.0))
-    with pytest.raises(ValueError, match=r"'task'.*'binary' or 'regression' for a model with one"):
+        sa.TRAK(one_output[0], one_output[1], task="regression", proj_dim=8).fit(
+            X, np.where(np.arange(40) == 2, np.nan, 1.0)
+        )
+    with pytest.raises(ValueError, match=r"'loss'.*'bce', 'mse' or 'poisson' for one output"):
         sa.TRAK(one_output[0], one_output[1], proj_dim=8).fit(X, y % 2)
-    with pytest.raises(ValueError, match=r"'task'.*'classification' for a model with several"):
+    with pytest.raises(ValueError, match=r"'target'.*one output for loss='bce'.*3 outputs"):
         sa.TRAK(model, states, task="binary", proj_dim=8).fit(X, y % 2)
-    with pytest.raises(ValueError, match=r"labels 0 or 1 for task='binary'.*0.5 for sequence 1"):
+    with pytest.raises(ValueError, match=r"labels 0 or 1 for loss='bce'.*0.5 for sequence 1"):
         sa.TRAK(one_output[0], one_output[1], task="binary", proj_dim=8).fit(
             X, np.where(np.arange(40) == 1, 0.5, 1.0)
         )
-    with pytest.raises(ValueError, match=r"labels of shape \(40,\) or \(40, 1\).*'regression'"):
+    with pytest.raises(ValueError, match=r"labels of shape \(40,\) or \(40, 1\).*loss='mse'"):
         sa.TRAK(one_output[0], one_output[1], task="regression", proj_dim=8).fit(
             X, np.zeros((40, 2))
         )
