@@ -107,6 +107,8 @@ def add_tracin(sub: Any) -> Parser:
 
 
 def _add(sub: Any, method: str, help: str) -> Parser:
+    from .subcommands import _add_out
+
     p: Parser = sub.add_parser(
         method, help=help, description=help, formatter_class=argparse.HelpFormatter
     )
@@ -156,9 +158,7 @@ def _add(sub: Any, method: str, help: str) -> Parser:
     top.add_argument(
         "--device", help="cpu, cuda, cuda:1 or /GPU:0 (default: where the model is loaded)"
     )
-    top.add_argument(
-        "-o", "--out", required=True, help="the TSV table to write (written whole, or not at all)"
-    )
+    _add_out(top, None, "the TSV table to write (written whole, or not at all)", required=True)
     top.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return p
 
