@@ -4,7 +4,8 @@ losses, and the ranking of training examples (``top_k``)."""
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +40,24 @@ class Labels:
         return values if self.depth is None else ops.one_hot(values, self.depth)
 
 
-def checked_source(X: Any, param: str, func: str) -> SequenceSource:
-    """Validate X (named ``param`` in errors) and check every sequence is one-hot-like."""
+@contextmanager
+def named(param: str) -> Iterator[None]:
+    """Errors about the sequences name the parameter that holds them (``X_train``...)."""
     try:
-        source = as_source(X, None, func)
-        for start in range(0, source.n_sequences, HOST_BLOCK):
-            source.read(start, start + HOST_BLOCK)
+        yield
     except (ValueError, TypeError) as exc:
         message = str(exc).replace("The 'X' parameter", f"The {param!r} parameter", 1)
         raise type(exc)(message) from exc
+
+
+def checked_source(X: Any, param: str, func: str, *, scan: bool = True) -> SequenceSource:
+    """Validate X (named ``param`` in errors) and, with ``scan``, check every sequence is
+    one-hot-like (without: each is checked when it is read)."""
+    with named(param):
+        source = as_source(X, None, func)
+        if scan:
+            for start in range(0, source.n_sequences, HOST_BLOCK):
+                source.read(start, start + HOST_BLOCK)
     return source
 
 

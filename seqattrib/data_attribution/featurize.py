@@ -16,7 +16,7 @@ from ..engine import SequenceSource
 from ..io.features import StoreIdentity, StoreWriter, data_hashes
 from ..shards import Shard, check_shard, shard_rows
 from .checkpoints import Visit
-from .examples import Labels
+from .examples import Labels, named
 
 #: (start, stop, features, {quantity: values}) of one block of rows, starts relative to the rows
 #: being featurized.
@@ -92,7 +92,8 @@ def fill_store(
     start, stop = (0, source.n_sequences) if span is None else (span.start, span.stop)
     rows = source.rows(start, stop)
     values = labels.values[start:stop]
-    row_hashes, label_hashes = data_hashes(rows, values)
+    with named("X_train"):  # reads (and checks) every sequence of the rows
+        row_hashes, label_hashes = data_hashes(rows, values)
     identity = StoreIdentity(
         method=job.method,
         model=job.model,

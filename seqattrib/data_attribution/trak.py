@@ -344,7 +344,8 @@ class TRAK:
                 "The store holds the fitted state: drop cache=.",
             )
         cached = cache_path(cache, func)
-        source = checked_source(X_train, "X_train", func)
+        # with a store, the rows featurized are checked as they are fingerprinted
+        source = checked_source(X_train, "X_train", func, scan=path is None)
         span = checked_span(shard, path, source.n_sequences, func)
         names = check_ids(ids, source.n_sequences, func)
         be, model = self._backend, self.model
