@@ -110,11 +110,6 @@ def assert_same_datasets(actual: dict[str, np.ndarray], desired: dict[str, np.nd
             assert got.tobytes() == want.tobytes(), f"dataset {name!r} differs"
 
 
-def float_datasets(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """The numerical results of a store: its floating-point datasets."""
-    return {k: v for k, v in datasets(path).items() if v.dtype.kind == "f"}
-
-
 def snapshot(path: str | os.PathLike[str]) -> tuple[int, bytes]:
     """A file's modification time (ns) and bytes."""
     return os.stat(path).st_mtime_ns, Path(path).read_bytes()
