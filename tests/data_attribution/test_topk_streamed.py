@@ -20,6 +20,7 @@ from store_models import (
 from tracin_models import one_torch_thread
 
 import seqattrib as sa
+from seqattrib.data_attribution import tracin as tracin_module
 from seqattrib.data_attribution import trak_kernel
 
 N_TRAIN, N_TEST, PROJ_DIM = 160, 6, 32
@@ -128,9 +129,11 @@ def test_top_k_is_the_stable_ranking_of_the_dense_scores(
 def test_top_k_over_many_training_blocks_is_the_stable_ranking(
     method, store, checkpoints, train_set, test_set, tmp_path, monkeypatch
 ):
-    """Blocks of 7 training rows (host memory for 7 rows of float64 features): the running
-    selection is merged over 23 blocks, and the tied pairs lie in different blocks."""
+    """Blocks of 7 training rows (TRAK: host memory for 7 rows of float64 features; TracIn:
+    7 rows a block): the running selection is merged over 23 blocks, and the tied pairs lie in
+    different blocks."""
     monkeypatch.setattr(trak_kernel, "HOST_BYTES", 7 * 8 * PROJ_DIM)
+    monkeypatch.setattr(tracin_module, "HOST_BLOCK", 7)
     assert trak_kernel.block_rows(PROJ_DIM) == 7
     check_ranking(fit("torch", method, store, checkpoints, train_set, tmp_path), test_set)
 
