@@ -31,6 +31,9 @@ Methods (all scores for the 600 training sequences, from models trained on all o
 - TRAK, 5 models: the final weights of 5 runs with different seeds (independently trained);
 - ``proj_dim`` 128 and 256, and ``proj_dim=None`` (707 exact gradient features for 600
   examples: the regime TRAK warns about);
+- the projection at ``proj_dim`` 128: the default (``"auto"``: a dense Rademacher matrix for a
+  model this small) against a dense Gaussian one and the sparse one (8 nonzeros per parameter)
+  that ``"auto"`` takes for large models;
 - TracIn: ``seqattrib.TracIn`` over 4 checkpoints of one run (steps 50, 100, 150, 200),
   cross-entropy, learning rate 0.02 (Adam's step size; TracIn assumes SGD);
 - trivial baselines: random scores; "same label" (1 when the training label equals the
@@ -257,6 +260,17 @@ def main(argv: list[str] | None = None) -> None:
     for states, d in ((finals[:1], 128), (finals, 128), (finals[:1], 256), (finals, 256)):
         label = f"{len(states)} model" + ("s" if len(states) > 1 else "")
         add(f"TRAK, {label}, proj_dim={d}", lambda s=states, d=d: trak(s, proj_dim=d))
+    for states, kind in (
+        (finals[:1], "gaussian"),
+        (finals[:1], "sparse"),
+        (finals, "gaussian"),
+        (finals, "sparse"),
+    ):
+        label = f"{len(states)} model" + ("s" if len(states) > 1 else "")
+        add(
+            f"TRAK, {label}, proj_dim=128, projection={kind!r}",
+            lambda s=states, k=kind: trak(s, proj_dim=128, projection=k),
+        )
     add(
         f"TRAK, {N_MODELS} models, proj_dim=None ({n_params} features >= {plan.n_train} examples)",
         lambda: trak(finals, proj_dim=None),

@@ -365,7 +365,7 @@ def top_k(args: argparse.Namespace) -> Path:
     y = None
     if args.labels is not None:
         y = read_labels(args.labels, schemes, loss, command, columns=args.label_columns)
-    elif args.command == "tracin" or loss != "mse":
+    elif args.command == "tracin" or loss not in ("mse", "poisson"):
         raise parameter_error(
             command,
             "--labels",
