@@ -77,7 +77,8 @@ def grads(model, state, x, loss, names=None) -> np.ndarray:
     for i in range(len(x)):
         value = loss(model(torch.as_tensor(x[i : i + 1])), i)
         found = torch.autograd.grad(value, params, allow_unused=True)
-        parts = [torch.zeros_like(p) if g is None else g for p, g in zip(params, found)]
+        pairs = zip(params, found, strict=True)
+        parts = [torch.zeros_like(p) if g is None else g for p, g in pairs]
         rows.append(torch.cat([g.reshape(-1) for g in parts]))
     return torch.stack(rows).double().numpy()
 
