@@ -16,7 +16,11 @@ passes varied by 1.8x between repeats.
 - dense Rademacher: the same plus ``Projector`` with the dense matrix, which at this size
   (0.9 GiB) exceeds ``PROJECTION_BYTES`` and is regenerated chunk by chunk for every batch;
 - sparse: the same plus ``Projector`` with ``make_projection(..., "auto")`` (the sparse
-  projection at this size), built once per run as it is once per checkpoint.
+  projection at this size), built once per run as it is once per checkpoint;
+- TRAK.fit: ``seqattrib.TRAK(model, [checkpoint], loss="mse", proj_dim=2048).fit`` on the same
+  sequences with its kernel step left out: the checks of the sequences and labels, the
+  checkpoint's fingerprint, the gradients, the projection and the out-to-loss weights (one more
+  forward pass per batch).
 
 The sweep: for each number of nonzeros per parameter ``s``, the projection's own time on one
 batch of real gradients (÷ the bare passes of that batch), and the error of the inner products
@@ -62,6 +66,11 @@ LENGTH = 1000
 PROJ_DIM = 2048
 SWEEP = (1, 2, 4, 8, 16)
 GRAM_ROWS = 64
+TITLES = {
+    "dense Rademacher": "gradients + dense Rademacher projection",
+    "sparse": "gradients + sparse projection",
+    "TRAK.fit": "TRAK.fit without its kernel step",
+}
 MODEL_LABEL = "BPNet-style (64 filters, 9 dilated convs, counts head; {:,} parameters), L=1000"
 
 
@@ -79,6 +88,23 @@ def featurise(
         grads = backend.per_example_gradients(model, x, y, fn, names, Head())
         if projector is not None:
             projector(grads)
+
+
+def trak_featurise(model: Any, state: dict[str, Any], X: np.ndarray, y: np.ndarray) -> None:
+    """``TRAK.fit`` in memory with its kernel step left out: what featurisation costs through
+    the public path (checks, per-example gradients, projection, the out-to-loss weights)."""
+    import seqattrib
+    from seqattrib.data_attribution import trak, trak_kernel
+
+    def no_kernel(features: Any, weights: Any, *args: Any) -> Any:
+        return trak_kernel.KernelFit(features, np.eye(1), weights, 0.0, 1.0, 1.0)
+
+    original = trak.fit_kernel
+    trak.fit_kernel = no_kernel
+    try:
+        seqattrib.TRAK(model, [state], loss="mse", proj_dim=PROJ_DIM).fit(X, y)
+    finally:
+        trak.fit_kernel = original
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
@@ -191,7 +217,9 @@ def main() -> None:
     )
     from seqattrib.engine.outputs import Head
 
-    model = models.torch_model("bpnet", models.bpnet_weights(n_outputs=1))
+    weights = models.bpnet_weights(n_outputs=1)
+    model = models.torch_model("bpnet", weights)
+    separate = models.torch_model("bpnet", weights)  # TRAK opens its own session on it
     backend = TorchBackend()
     params = backend.trainable_parameters(model)
     names = [name for name, _ in params]
@@ -207,6 +235,8 @@ def main() -> None:
             for i in range(0, n_sequences, rows)
         ]
         auto = make_projection(n_params, PROJ_DIM, 0, "auto")
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        labels = np.zeros(n_sequences, np.float32)
         dense = RandomProjection(n_params, PROJ_DIM, 0, "rademacher")
         variants = [
             Variant("bare", lambda: featurise(backend, model, batches, names, lambda: None)),
@@ -220,6 +250,7 @@ def main() -> None:
                 "sparse",
                 lambda: featurise(backend, model, batches, names, lambda: Projector(backend, auto)),
             ),
+            Variant("TRAK.fit", lambda: trak_featurise(separate, state, X, labels)),
         ]
         log(f"featurisation of {n_sequences} sequences, batches of {rows}")
         times = interleaved(variants, args.repeats, clock=time.process_time)
@@ -227,12 +258,13 @@ def main() -> None:
         for name, what in (
             ("dense Rademacher", f"{dense.nbytes / 2**30:.2f} GiB matrix regenerated per batch"),
             ("sparse", f"make_projection auto: {auto.describe()}"),
+            ("TRAK.fit", "the whole public featurisation (loss='mse'; the kernel step left out)"),
         ):
             rows_table.append(
                 Row.ratio_row(
                     label,
                     "torch",
-                    f"featurisation: gradients + {name} projection ÷ gradients alone",
+                    f"featurisation: {TITLES[name]} ÷ gradients alone",
                     f"{settings}; {what}",
                     times[name],
                     times["bare"],
