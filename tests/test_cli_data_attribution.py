@@ -271,7 +271,7 @@ def test_region_labels_by_window_region_or_name(tmp_path):
         regions=str(tmp_path / "peaks.bed"),
         length=200,
     )
-    from seqattrib.cli.commands import load_sequences
+    from seqattrib.cli.sequences import load_sequences
 
     with pytest.warns(sa.SeqAttribWarning, match="dropped 1 of 3"):
         X, _ = load_sequences(args, "NCL")

@@ -17,48 +17,13 @@ from .._optional import import_optional
 from ..loader import load_model, model_framework
 from ..shards import resolve_shard, shard_path
 from . import data_attribution
-from .messages import reading
+from .sequences import load_sequences
 
 #: The image formats ``seqattrib plot`` writes, by file name suffix.
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 # --------------------------------------------------------------------------- inputs
-def load_sequences(args: argparse.Namespace, layout: Literal["NLC", "NCL"]) -> tuple[Any, Any]:
-    """(X, regions) from --fasta, or --genome with --regions and --length, in ``layout``."""
-    from ..io import fasta_windows, genome_windows, read_regions
-
-    if args.fasta and (args.genome or args.regions):
-        raise parameter_error(
-            "seqattrib", "--fasta", "used without --genome and --regions", args.fasta
-        )
-    if args.fasta:
-        with reading("--fasta", args.fasta, "path", "genome"):
-            return fasta_windows(args.fasta, layout), None
-    missing = [
-        flag
-        for flag, value in (("--genome", args.genome), ("--regions", args.regions))
-        if not value
-    ]
-    if args.length is None:
-        missing.append("--length")
-    if missing:
-        given = [f for f in ("--genome", "--regions", "--length") if f not in missing]
-        raise parameter_error(
-            "seqattrib",
-            "--fasta",
-            "given, or --genome, --regions and --length together",
-            ", ".join(given) + " without " + ", ".join(missing) if given else "none of them",
-            "Pass --fasta seqs.fa, or --genome hg38.fa --regions peaks.bed --length 2114.",
-            described=True,
-        )
-    with reading("--regions", args.regions, "path"):
-        regions = read_regions(args.regions, length=args.length)
-    with reading("--genome", args.genome, "path"):
-        windows = genome_windows(args.genome, regions, args.length, layout)
-    return windows, windows.regions
-
-
 def model_and_sequences(args: argparse.Namespace) -> tuple[Any, str, Any, Any]:
     model = load_model(args.model, weights=args.weights)
     framework = model_framework(model)

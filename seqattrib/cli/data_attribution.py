@@ -22,7 +22,8 @@ from .._errors import parameter_error
 from ..loader import load_model, model_framework
 from ..shards import resolve_shard, shard_path
 from .messages import reading
-from .parser import BATCH_SIZE, POSITIVE, SHARD, TARGETS, Parser, _typed
+from .parser import BATCH_SIZE, POSITIVE, SHARD, TARGETS, Parser, _typed, add_out
+from .sequences import load_sequences
 
 #: The loss of TRAK and TracIn when --loss (and TRAK's --task) is not given.
 DEFAULT_LOSS = "cross_entropy"
@@ -107,8 +108,6 @@ def add_tracin(sub: Any) -> Parser:
 
 
 def _add(sub: Any, method: str, help: str) -> Parser:
-    from .subcommands import _add_out
-
     p: Parser = sub.add_parser(
         method, help=help, description=help, formatter_class=argparse.HelpFormatter
     )
@@ -158,7 +157,7 @@ def _add(sub: Any, method: str, help: str) -> Parser:
     top.add_argument(
         "--device", help="cpu, cuda, cuda:1 or /GPU:0 (default: where the model is loaded)"
     )
-    _add_out(top, None, "the TSV table to write (written whole, or not at all)", required=True)
+    add_out(top, None, "the TSV table to write (written whole, or not at all)", required=True)
     top.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return p
 
@@ -320,8 +319,6 @@ def _estimator_class(method: str) -> Any:
 
 def _model_and_sequences(args: argparse.Namespace) -> tuple[Any, Any, list[KeyScheme]]:
     """The model, the sequences (lazy windows) and the ways their ids can be spelled."""
-    from .commands import load_sequences
-
     model = load_model(args.model)
     layout: Literal["NLC", "NCL"] = args.layout or (
         "NCL" if model_framework(model) == "torch" else "NLC"

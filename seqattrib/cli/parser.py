@@ -211,3 +211,10 @@ def add_run(p: argparse.ArgumentParser) -> None:
         help="i/n: run the i-th of n contiguous blocks of the sequences into "
         "OUT.shard-i-of-n.h5 (default: from SLURM_ARRAY_TASK_ID/COUNT or RANK/WORLD_SIZE)",
     )
+
+
+def add_out(p: argparse.ArgumentParser, old: str | None, help: str, **options: Any) -> None:
+    """``-o/--out``, what the command writes; ``old`` is its earlier spelling, still accepted
+    with a warning (None: none)."""
+    names = ("-o", "--out") if old is None else ("-o", "--out", old)
+    p.add_argument(*names, action=RenamedFlag, help=help, **options)

@@ -18,6 +18,7 @@ from .parser import (
     Parser,
     RenamedFlag,
     add_model_and_sequences,
+    add_out,
     add_run,
 )
 
@@ -78,13 +79,6 @@ class MethodFlag:
             text += f" (default: {_defaults(users, self.keyword)})"
         action = RenamedFlag if self.old else self.options.get("action", "store")
         p.add_argument(self.flag, *self.old, action=action, help=text, **options)
-
-
-def _add_out(p: argparse.ArgumentParser, old: str | None, help: str, **options: Any) -> None:
-    """``-o/--out``, what the command writes; ``old`` is its earlier spelling, still accepted
-    with a warning (None: none)."""
-    names = ("-o", "--out") if old is None else ("-o", "--out", old)
-    p.add_argument(*names, action=RenamedFlag, help=help, **options)
 
 
 def takes(method: Any, keyword: str) -> bool:
@@ -339,7 +333,7 @@ def export(sub: Any) -> Parser:
     p = _sub(sub, "export", "TF-MoDISco inputs or bigWig tracks from a tracks file")
     p.add_argument("format", choices=["modisco", "bigwig"], help="what to write")
     p.add_argument("tracks", help="a tracks file written by explain or ism")
-    _add_out(p, "--outdir", "output folder (made if missing)", required=True)
+    add_out(p, "--outdir", "output folder (made if missing)", required=True)
     p.add_argument("--chrom-sizes", help="bigwig: the genome's chrom sizes file")
     p.add_argument(
         "--class-names",
@@ -372,7 +366,7 @@ def plot(sub: Any) -> Parser:
     )
     p.add_argument("--start", type=int, help="first position drawn, 0-based in the window")
     p.add_argument("--end", type=int, help="position after the last one drawn")
-    _add_out(p, "--output", "the image, written exactly there: .png, .pdf or .svg", required=True)
+    add_out(p, "--output", "the image, written exactly there: .png, .pdf or .svg", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing image")
     return p
 
@@ -386,7 +380,7 @@ def merge(sub: Any) -> Parser:
         "trak fit or tracin fit, or the tables of seqattrib variants (their attribution "
         "tracks are merged with them)",
     )
-    _add_out(p, "--output", "the merged tracks file, features store or table", required=True)
+    add_out(p, "--output", "the merged tracks file, features store or table", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     return p
 
@@ -413,7 +407,7 @@ def demo(sub: Any) -> Parser:
         "explain the packaged demo model end to end (run again, it reuses its own files; it "
         "replaces no other file without --overwrite)",
     )
-    _add_out(p, "--outdir", "output folder (default: %(default)s)", default="seqattrib-demo")
+    add_out(p, "--outdir", "output folder (default: %(default)s)", default="seqattrib-demo")
     p.add_argument(
         "--n-sequences",
         type=POSITIVE,
