@@ -273,7 +273,8 @@ def _ours(spec: dict[str, Any]) -> Callable[[], Any]:
     if phase in ("fit", "shard"):
         X, y = open_training_set(workdir, spec["n"])
         shard = tuple(spec["shard"]) if phase == "shard" else None
-        trak = seqattrib.TRAK(model, [checkpoint], proj_dim=PROJ_DIM)
+        projection = spec.get("projection", "auto")
+        trak = seqattrib.TRAK(model, [checkpoint], proj_dim=PROJ_DIM, projection=projection)
         return lambda: trak.fit(X, y, store=spec["store"], shard=shard)
     if phase == "merge":
         return lambda: seqattrib.io.merge(spec["shards"], spec["store"])
@@ -500,6 +501,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shard-n", type=int, default=None, help="size of the shard rows")
     parser.add_argument("--traker-n", type=int, default=None, help="size of the traker rows")
     parser.add_argument("--no-traker", action="store_true", help="skip the traker rows")
+    parser.add_argument(
+        "--projection",
+        default="auto",
+        help="TRAK's projection= (default auto: a dense Rademacher matrix for this model)",
+    )
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.phase:
@@ -544,7 +550,13 @@ def main(argv: list[str] | None = None) -> None:
     n_params = sum(p.numel() for p in torch_model().parameters())
     label = f"small CNN ({n_params:,} parameters), L={LENGTH}"
     header.append(f"work folder: {workdir}")
-    base = {"workdir": str(workdir), "checkpoint": str(checkpoint), "cpu": cpus[0]}
+    base = {
+        "workdir": str(workdir),
+        "checkpoint": str(checkpoint),
+        "cpu": cpus[0],
+        "projection": args.projection,
+    }
+    header.append(f"TRAK projection={args.projection!r}")
 
     measured: dict[int, dict[str, dict[str, Any]]] = {}
     for n in sorted(set(sizes + [shard_n] + ([traker_n] if has_traker else []))):
