@@ -92,8 +92,10 @@ def _describe(value: Any) -> str:
     if shape is not None and not isinstance(value, (int, float, str)):
         dtype = getattr(value, "dtype", None)
         return f"an array of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype else "")
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    text = repr(os.fspath(value) if isinstance(value, os.PathLike) else value)
+    # a path is named whole (a file must be found from the message); other values are cut
+    limit = 400 if isinstance(value, (str, os.PathLike)) else 80
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parameter_error(

@@ -146,9 +146,7 @@ def check_same_settings(
         )
 
 
-def check_shard_set(
-    func: str, spans: Sequence[tuple[Any, Mapping[str, int]]], unit: str
-) -> None:
+def check_shard_set(func: str, spans: Sequence[tuple[Any, Mapping[str, int]]], unit: str) -> None:
     """Refuse shards, each (path, span with ``index``, ``count``, ``start``, ``stop``,
     ``total``) in order of ``start``, that repeat a shard, miss one, or do not cover ``unit``s
     0 to ``total`` exactly once."""

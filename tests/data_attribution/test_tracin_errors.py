@@ -50,7 +50,7 @@ def test_empty_and_non_list_checkpoints(model, states):
 @pytest.mark.parametrize(
     "kwargs, error, pattern",
     [
-        ({"loss": "hinge"}, ValueError, r"'loss'.*'cross_entropy', 'bce', 'mse', 'poisson', 'multinomial' or a callable"),
+        ({"loss": "hinge"}, ValueError, r"'loss'.*'mse', 'poisson', 'multinomial' or a callable"),
         ({"layer": "first"}, ValueError, r"'layer'.*None or 'last'"),
         ({"proj_dim": 0}, ValueError, r"'proj_dim'.*positive integer"),
         ({"layer": "last", "proj_dim": 8}, ValueError, r"'proj_dim'.*None when layer='last'"),
