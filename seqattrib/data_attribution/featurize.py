@@ -4,6 +4,7 @@ store's identity, resuming where a killed run stopped, progress, and the one-lin
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -14,9 +15,11 @@ import numpy as np
 from .._errors import parameter_error
 from ..engine import SequenceSource
 from ..io.features import StoreIdentity, StoreWriter, data_hashes
+from ..io.fingerprint import function_identity
 from ..shards import Shard, check_shard, shard_rows
 from .checkpoints import Visit
 from .examples import Labels, named
+from .gradients import GradientPlan
 
 #: (start, stop, features, {quantity: values}) of one block of rows, starts relative to the rows
 #: being featurized.
@@ -34,6 +37,21 @@ class StoreJob:
     dim: int
     quantities: tuple[str, ...]
     kernel: bool
+
+
+def model_identity(backend: Any, model: Any, plan: GradientPlan, output_fn: Any) -> str:
+    """The model a store's features belong to: its class, backend, traced parameters (names
+    and shapes) and output function."""
+    shapes = dict(backend.trainable_parameters(model))
+    return json.dumps(
+        {
+            "class": f"{type(model).__module__}.{type(model).__qualname__}",
+            "backend": backend.name,
+            "parameters": [[n, list(shapes[n])] for n in plan.names],
+            "output_fn": function_identity(output_fn),
+        },
+        sort_keys=True,
+    )
 
 
 def check_ids(ids: Any, n: int, func: str) -> list[str] | None:

@@ -26,6 +26,7 @@ import numpy as np
 from .._errors import parameter_error, refuse_existing
 from .._optional import import_optional
 from ..io.hdf5 import LIBVER
+from .examples import checked_source
 
 ScoreBlock = Callable[[slice], np.ndarray]
 #: Test examples whose scores are computed together by default (``max_cpu_sequences``).
@@ -129,6 +130,59 @@ def dense_scores(score_block: ScoreBlock, blocks: Iterator[slice], out: Any, row
     dataset) block by block."""
     for train in blocks:
         out[rows, train] = score_block(train)
+
+
+GroupScores = Callable[[Any, Any, int, str], Iterator[tuple[slice, ScoreBlock, Iterator[slice]]]]
+
+
+def score_matrix(
+    groups: GroupScores,
+    X_test: Any,
+    y_test: Any,
+    n_train: int,
+    options: dict[str, Any],
+    attrs: dict[str, Any],
+    func: str,
+) -> Any:
+    """``scores`` of TRAK and TracIn: every score of ``X_test``, group by group of test rows
+    (``groups(source, y_test, group, func)``), into a new array or streamed to the HDF5 file
+    ``options["out"]``; ``options`` also holds ``overwrite`` and ``max_cpu_sequences``."""
+    target = check_scores_out(options["out"], options["overwrite"], func)
+    group = check_group(options["max_cpu_sequences"], func)
+    source = checked_source(X_test, "X_test", func)
+    n_test = source.n_sequences
+    if target is None:
+        matrix = np.empty((n_test, n_train), np.float32)
+        for rows, block, blocks in groups(source, y_test, group, func):
+            dense_scores(block, blocks, matrix, rows)
+        return matrix
+    with scores_file(target, n_test, n_train, attrs) as dataset:
+        for rows, block, blocks in groups(source, y_test, group, func):
+            dense_scores(block, blocks, dataset, rows)
+    return target
+
+
+def best_scores(
+    groups: GroupScores,
+    X_test: Any,
+    y_test: Any,
+    n_train: int,
+    k: Any,
+    proponents: Any,
+    max_cpu_sequences: Any,
+    func: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``top_k`` of TRAK and TracIn: the ``k`` best training rows of each test row, streamed
+    group by group of test rows and block by block of training rows."""
+    k = check_k(k, proponents, n_train, func)
+    group = check_group(max_cpu_sequences, func)
+    source = checked_source(X_test, "X_test", func)
+    indices = np.empty((source.n_sequences, k), np.int64)
+    values = np.empty((source.n_sequences, k), np.float32)
+    for rows, block, blocks in groups(source, y_test, group, func):
+        n = rows.stop - rows.start
+        indices[rows], values[rows] = streamed_top_k(block, blocks, n, k, proponents)
+    return indices, values
 
 
 def check_scores_out(out: Any, overwrite: Any, func: str) -> str | None:

@@ -19,7 +19,6 @@ checkpoints ``c`` of a training run. Written once against the backend protocol:
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ from .examples import (
     checked_source,
     n_outputs,
 )
-from .featurize import StoreJob, check_ids, checked_span, fill_store
+from .featurize import StoreJob, check_ids, checked_span, fill_store, model_identity
 from .gradients import (
     GradientPlan,
     Rows,
@@ -56,13 +55,9 @@ from .outputs import LOSSES, Tensor, bound, check_target
 from .projection import PROJECTION_BYTES, PROJECTION_KINDS, Projector, make_projection
 from .scoring import (
     DEFAULT_GROUP,
-    check_group,
-    check_k,
-    check_scores_out,
-    dense_scores,
+    best_scores,
     fixed_rows,
-    scores_file,
-    streamed_top_k,
+    score_matrix,
     test_groups,
     train_blocks,
 )
@@ -481,20 +476,11 @@ class TracIn:
         """
         func = "TracIn.scores"
         fitted = self._require_fit(func)
-        target = check_scores_out(out, overwrite, func)
-        group = check_group(max_cpu_sequences, func)
-        source = checked_source(X_test, "X_test", func)
-        n_test = source.n_sequences
-        if target is None:
-            matrix = np.empty((n_test, fitted.n_train), np.float32)
-            for rows, block, blocks in self._score_groups(source, y_test, group, func):
-                dense_scores(block, blocks, matrix, rows)
-            return matrix
+        options = {"out": out, "overwrite": overwrite, "max_cpu_sequences": max_cpu_sequences}
         attrs = {"method": "TracIn", "store": fitted.store or ""}
-        with scores_file(target, n_test, fitted.n_train, attrs) as dataset:
-            for rows, block, blocks in self._score_groups(source, y_test, group, func):
-                dense_scores(block, blocks, dataset, rows)
-        return target
+        return score_matrix(
+            self._score_groups, X_test, y_test, fitted.n_train, options, attrs, func
+        )
 
     def self_influence(self) -> np.ndarray:
         """Each training example's influence on its own loss: ``sum_c lr_c |grad loss|^2``.
@@ -565,15 +551,16 @@ class TracIn:
         """
         func = "TracIn.top_k"
         fitted = self._require_fit(func)
-        k = check_k(k, proponents, fitted.n_train, func)
-        group = check_group(max_cpu_sequences, func)
-        source = checked_source(X_test, "X_test", func)
-        indices = np.empty((source.n_sequences, k), np.int64)
-        values = np.empty((source.n_sequences, k), np.float32)
-        for rows, block, blocks in self._score_groups(source, y_test, group, func):
-            n = rows.stop - rows.start
-            indices[rows], values[rows] = streamed_top_k(block, blocks, n, k, proponents)
-        return indices, values
+        return best_scores(
+            self._score_groups,
+            X_test,
+            y_test,
+            fitted.n_train,
+            k,
+            proponents,
+            max_cpu_sequences,
+            func,
+        )
 
     # ----------------------------------------------------------------- internals
     def _require_fit(self, func: str) -> _Fitted:
@@ -705,19 +692,9 @@ class TracIn:
         return fitted
 
     def _model_identity(self, plan: GradientPlan) -> str:
-        """The model a store's features belong to: its class, backend and traced parameters
-        (read outside a session, which freezes the parameters)."""
-        be, model = self._backend, self.model
-        shapes = dict(be.trainable_parameters(model))
-        return json.dumps(
-            {
-                "class": f"{type(model).__module__}.{type(model).__qualname__}",
-                "backend": be.name,
-                "parameters": [[n, list(shapes[n])] for n in plan.names],
-                "output_fn": function_identity(self.output_fn),
-            },
-            sort_keys=True,
-        )
+        """The model a store's features belong to (read outside a session, which freezes the
+        parameters)."""
+        return model_identity(self._backend, self.model, plan, self.output_fn)
 
     def _store_settings(self, plan: GradientPlan, visits: list[Visit]) -> dict[str, Any]:
         """What a store's features depend on besides the model, checkpoints and data."""

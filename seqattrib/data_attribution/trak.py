@@ -27,7 +27,6 @@ where ``Phi_c`` stacks the training features and ``Q`` is the out-to-loss weight
 from __future__ import annotations
 
 import functools
-import json
 import numbers
 import os
 import warnings
@@ -43,10 +42,9 @@ from .._validation import check_batch_size, check_positive_int, resolve_seed
 from ..engine import SequenceSource
 from ..engine.outputs import Head
 from ..io.features import StoreFile, StoreWriter, open_store, register_kernel_step, store_path
-from ..io.fingerprint import function_identity
 from .checkpoints import Checkpoints, Visit, preserved_state
 from .examples import Labels, checked_source, n_outputs
-from .featurize import StoreJob, check_ids, checked_span, fill_store
+from .featurize import StoreJob, check_ids, checked_span, fill_store, model_identity
 from .gradients import (
     GradientPlan,
     Rows,
@@ -57,17 +55,7 @@ from .gradients import (
 )
 from .outputs import NUMPY, OUTPUT_FUNCTIONS, TASK_LOSSES, bound, check_target, out_to_loss
 from .projection import PROJECTION_KINDS, Projector, make_projection
-from .scoring import (
-    DEFAULT_GROUP,
-    check_group,
-    check_k,
-    check_scores_out,
-    dense_scores,
-    scores_file,
-    streamed_top_k,
-    test_groups,
-    train_blocks,
-)
+from .scoring import DEFAULT_GROUP, best_scores, score_matrix, test_groups, train_blocks
 from .selection import check_labels
 from .trak_cache import cache_key, cache_path, read_cache, write_cache
 from .trak_kernel import (
@@ -488,20 +476,11 @@ class TRAK:
         """
         func = "TRAK.scores"
         fitted = self._require_fit(func)
-        target = check_scores_out(out, overwrite, func)
-        group = check_group(max_cpu_sequences, func)
-        source = checked_source(X_test, "X_test", func)
-        n_test = source.n_sequences
-        if target is None:
-            matrix = np.empty((n_test, fitted.n_train), np.float32)
-            for rows, block, blocks in self._score_groups(source, y_test, group, func):
-                dense_scores(block, blocks, matrix, rows)
-            return matrix
+        options = {"out": out, "overwrite": overwrite, "max_cpu_sequences": max_cpu_sequences}
         attrs = {"method": "TRAK", "store": fitted.store or ""}
-        with scores_file(target, n_test, fitted.n_train, attrs) as dataset:
-            for rows, block, blocks in self._score_groups(source, y_test, group, func):
-                dense_scores(block, blocks, dataset, rows)
-        return target
+        return score_matrix(
+            self._score_groups, X_test, y_test, fitted.n_train, options, attrs, func
+        )
 
     def top_k(
         self,
@@ -538,15 +517,16 @@ class TRAK:
         """
         func = "TRAK.top_k"
         fitted = self._require_fit(func)
-        k = check_k(k, proponents, fitted.n_train, func)
-        group = check_group(max_cpu_sequences, func)
-        source = checked_source(X_test, "X_test", func)
-        indices = np.empty((source.n_sequences, k), np.int64)
-        values = np.empty((source.n_sequences, k), np.float32)
-        for rows, block, blocks in self._score_groups(source, y_test, group, func):
-            n = rows.stop - rows.start
-            indices[rows], values[rows] = streamed_top_k(block, blocks, n, k, proponents)
-        return indices, values
+        return best_scores(
+            self._score_groups,
+            X_test,
+            y_test,
+            fitted.n_train,
+            k,
+            proponents,
+            max_cpu_sequences,
+            func,
+        )
 
     def self_influence(self) -> np.ndarray:
         """Each training example's score for itself: ``mean_c phi_c(i)^T (Phi_c^T Phi_c +
@@ -837,18 +817,9 @@ class TRAK:
         return check_labels(y, n, self.loss, selected, param, func, output_function=True)
 
     def _model_identity(self, plan: GradientPlan) -> str:
-        """The model a store's features belong to: its class, backend and traced parameters."""
-        be, model = self._backend, self.model
-        shapes = dict(be.trainable_parameters(model))
-        return json.dumps(
-            {
-                "class": f"{type(model).__module__}.{type(model).__qualname__}",
-                "backend": be.name,
-                "parameters": [[n, list(shapes[n])] for n in plan.names],
-                "output_fn": function_identity(self.output_fn),
-            },
-            sort_keys=True,
-        )
+        """The model a store's features belong to (read outside a session, which freezes the
+        parameters)."""
+        return model_identity(self._backend, self.model, plan, self.output_fn)
 
 
 def _in_memory(
