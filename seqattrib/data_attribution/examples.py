@@ -1,17 +1,15 @@
-"""The examples data attribution scores: checked sequences, labels and the targets they give the
-losses, and the ranking of training examples (``top_k``)."""
+"""The examples data attribution scores: checked sequences, and labels with the targets they give
+the losses (checked by ``selection.check_labels``)."""
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
 from ..backends import Backend
 from ..engine import SequenceSource, as_source
 from ..engine.outputs import Head
@@ -68,75 +66,3 @@ def n_outputs(
     session)."""
     x = backend.asarray(source.read(0, 1))
     return int(backend.forward(model, x, Head() if head is None else head).shape[1])
-
-
-def label_array(y: Any, n: int, param: str, func: str) -> np.ndarray:
-    """``y`` as an array of numeric, finite labels, one per sequence (checks every method
-    shares; what the labels must be for a loss or task is checked by the method)."""
-    try:
-        values = np.asarray(y)
-    except Exception as exc:  # pragma: no cover - exotic inputs
-        raise parameter_error(func, param, "an array", type(y).__name__, error=TypeError) from exc
-    if values.ndim == 0 or len(values) != n:
-        raise parameter_error(
-            func,
-            param,
-            f"one label per sequence ({n} of them)",
-            f"{0 if values.ndim == 0 else len(values)} labels",
-            "Pass the labels of the same sequences, in the same order.",
-            described=True,
-        )
-    if values.dtype.kind not in "biuf":
-        raise parameter_error(
-            func, param, "numeric labels", f"dtype {values.dtype}", error=TypeError, described=True
-        )
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        i = int(np.argwhere(~np.isfinite(values))[0][0])
-        raise parameter_error(
-            func,
-            param,
-            "finite",
-            f"{values.reshape(n, -1)[i].tolist()!r} for sequence {i}",
-            described=True,
-        )
-    return values
-
-
-def class_labels(values: np.ndarray, n_outputs: int, setting: str, param: str, func: str) -> Labels:
-    """Integer class labels of shape (n,), each in [0, n_outputs), taken as one-hot rows;
-    ``setting`` names the option that asks for them (e.g. "loss='cross_entropy'")."""
-    if values.dtype.kind not in "iu" or values.ndim != 1:
-        raise parameter_error(
-            func,
-            param,
-            f"integer class labels of shape (n,) for {setting}",
-            values,
-            "Pass class indices (not one-hot rows or floats), e.g. y.argmax(1).astype(int).",
-        )
-    bad = (values < 0) | (values >= n_outputs)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise parameter_error(
-            func,
-            param,
-            f"class labels in [0, {n_outputs}) (the model has {n_outputs} outputs)",
-            f"the label {values[i].item()!r} for sequence {i}",
-            described=True,
-        )
-    return Labels(values.astype(np.int64), "int64", n_outputs)
-
-
-def ranked(
-    score: Callable[[], np.ndarray], n_train: int, k: Any, proponents: Any, func: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """``top_k`` of TracIn and TRAK: check ``k`` and ``proponents``, then the ``k`` highest
-    (or lowest, most negative first) entries of each row of ``score()`` and their columns."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= int(k) <= n_train:
-        raise parameter_error(
-            func, "k", f"an integer in [1, {n_train}] (the number of training examples)", k
-        )
-    if not isinstance(proponents, bool):
-        raise parameter_error(func, "proponents", "True or False", proponents, error=TypeError)
-    scores = score()
-    order = np.argsort(-scores if proponents else scores, axis=1, kind="stable")[:, : int(k)]
-    return order.astype(np.int64), np.take_along_axis(scores, order, axis=1)
