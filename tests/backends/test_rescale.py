@@ -219,24 +219,32 @@ def test_keras_finds_activations_layers_and_operations():
     assert any("layer_normalization" in r for r in report.by_gradient)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_a_softmax_before_the_outputs_is_refused(framework):
+def test_a_softmax_before_the_outputs_takes_the_softmax_rule_in_torch():
+    class Probabilities(torch.nn.Module):
+        def __init__(self, random):
+            super().__init__()
+            self.dense = torch.nn.Linear(L * 4, 3)
+            self.random = random
+
+        def forward(self, x):
+            logits = self.dense(x.flatten(1))
+            if self.random:
+                return torch.nn.functional.gumbel_softmax(logits, dim=-1)
+            return torch.softmax(logits, dim=-1)
+
     X = random_one_hot(2, L)
-    if framework == "torch":
+    report = _report(Probabilities(random=False), X)
+    assert report.rescaled == ("softmax (in Probabilities.forward), under the softmax rule",)
+    assert not report.by_gradient
+    with pytest.raises(RescaleUnsupported, match=r"(?i)gumbel_softmax.*logits"):
+        _report(Probabilities(random=True), X)
 
-        class Probabilities(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.dense = torch.nn.Linear(L * 4, 3)
 
-            def forward(self, x):
-                return torch.softmax(self.dense(x.flatten(1)), dim=-1)
-
-        model = Probabilities()
-    else:
-        inputs = keras.Input((L, 4))
-        dense = keras.layers.Dense(3, activation="softmax")
-        model = keras.Model(inputs, dense(keras.layers.Flatten()(inputs)))
+def test_a_softmax_before_the_outputs_is_refused_in_tensorflow():
+    X = random_one_hot(2, L)
+    inputs = keras.Input((L, 4))
+    dense = keras.layers.Dense(3, activation="softmax")
+    model = keras.Model(inputs, dense(keras.layers.Flatten()(inputs)))
     with pytest.raises(RescaleUnsupported, match=r"(?i)softmax.*logits"):
         _report(model, X)
 

@@ -201,9 +201,9 @@ class _RescaledActivation:
     """Stands in for a layer's ``activation`` while a call runs: the original function, with
     the rescale rule as its gradient when a pairing is active (else exactly the original)."""
 
-    def __init__(self, activation: Callable[..., Any], layer: Any) -> None:
+    def __init__(self, activation: Callable[..., Any], label: str) -> None:
         self.activation = activation
-        self.label = f"{getattr(activation, '__name__', 'activation')} (layer '{layer.name}')"
+        self.label = label
         self.__name__ = getattr(activation, "__name__", "activation")
 
     def __call__(self, z: Any, *args: Any, **kwargs: Any) -> Any:
@@ -234,6 +234,15 @@ class _RescaledActivation:
             return rescaled(z)
 
 
+def rescale_block(func: Callable[[Any], Any], z: Any) -> Any:
+    """``func(z)``; under DeepLIFT's rules, the whole of ``func`` takes the rescale rule as if
+    it were one elementwise nonlinearity: the multiplier of each element is
+    (func(z_x) - func(z_r)) / (z_x - z_r), the gradient where the two are closer than
+    ``RESCALE_EPS`` (as tangermeme treats a registered nonlinear module)."""
+    name = getattr(func, "__name__", type(func).__name__)
+    return _RescaledActivation(func, f"{name} (rescale block)")(z)
+
+
 @contextmanager
 def _wrapped_activations(model: Any) -> Iterator[None]:
     """Each Keras layer's elementwise ``activation`` wrapped for the duration (set and put back
@@ -247,7 +256,8 @@ def _wrapped_activations(model: Any) -> Iterator[None]:
             activation = layer.__dict__.get("activation")
             if activation is not None and _elementwise_activation(activation):
                 saved.append((layer, activation))
-                object.__setattr__(layer, "activation", _RescaledActivation(activation, layer))
+                label = f"{getattr(activation, '__name__', 'activation')} (layer '{layer.name}')"
+                object.__setattr__(layer, "activation", _RescaledActivation(activation, label))
         yield
     finally:
         for layer, activation in saved:

@@ -38,7 +38,23 @@ from torch.overrides import TorchFunctionMode
 
 from ..protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
 from .gradients import target_gradients
-from .rescale_read import ModelReader, describe_call, module_names, refuse_hidden, rule_kind
+from .rescale_pairs import (
+    BLOCK,
+    ProductRule,
+    SoftmaxRule,
+    bind_product,
+    decompose,
+    pair_kind,
+    softmax_dim,
+)
+from .rescale_read import (
+    ModelReader,
+    blocks,
+    describe_call,
+    module_names,
+    refuse_hidden,
+    rule_kind,
+)
 
 
 def _values(out: Any) -> torch.Tensor:
@@ -160,12 +176,12 @@ class _Rescale(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         multiplier = ctx.multiplier
+        z, y = ctx.saved_tensors
+        record, pairs, func, rest, kwargs = ctx.rule
         if multiplier is None:
-            z, y = ctx.saved_tensors
-            record, pairs, func, rest, kwargs = ctx.rule
             secant, dz = pairs.scratch(z)
             if pairs.keep_multipliers:
-                secant = torch.empty_like(z)
+                secant, dz = torch.empty_like(z), torch.empty_like(z)
             pairs.difference(z, record.z, dz)
             pairs.difference(y, record.y, secant)
             secant.div_(dz)
@@ -179,16 +195,29 @@ class _Rescale(torch.autograd.Function):
             else:
                 small = dz.abs_() < RESCALE_EPS
                 fix = small if not on_cpu or bool(small.any()) else None
-            if fix is not None and on_cpu:  # a few positions: the gradient of f there
+            if record.name == BLOCK:  # where z == z_x: the block's own gradient, below
+                multiplier = (secant, fix)
+            elif fix is not None and on_cpu:  # a few positions: the gradient of f there
                 rows = fix.flatten(1).any(1).nonzero().flatten()
                 slope = _slopes(func, z.index_select(0, rows), rest, kwargs)
                 secant[rows] = torch.where(fix[rows], slope, secant[rows])
+                multiplier = secant
             elif fix is not None:
-                secant = torch.where(fix, _slopes(func, z, rest, kwargs), secant)
-            multiplier = secant
+                multiplier = torch.where(fix, _slopes(func, z, rest, kwargs), secant)
+            else:
+                multiplier = secant
             if pairs.keep_multipliers:
                 ctx.multiplier = multiplier
-        return grad * multiplier, None, None, None, None, None
+        if record.name != BLOCK:
+            return grad * multiplier, None, None, None, None, None
+        secant, fix = multiplier
+        routed = grad * secant
+        if fix is not None:  # tangermeme's rule there: the gradient of the whole block
+            with torch.enable_grad():
+                leaf = z.detach().requires_grad_(True)
+                (plain,) = torch.autograd.grad(func(leaf), leaf, grad)
+            routed = torch.where(fix, plain, routed)
+        return routed, None, None, None, None, None
 
 
 class _PoolRule(torch.autograd.Function):
@@ -303,44 +332,11 @@ class _MaxRule(torch.autograd.Function):
 
 
 # --------------------------------------------------------------------------- the passes
-class _RecordInputs(TorchFunctionMode):
-    """Pass 1: every elementwise nonlinearity and max, in call order (copies, so that a later
-    in-place operation of the model cannot change them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[_Record] = []
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        call = describe_call(func, kwargs)
-        if rule_kind(call, args) == "other":
-            return func(*args, **kwargs)
-        if call.name in _WITH_INDICES:  # one pooling, with the indices the rule needs
-            values, indices = _pool(call.name, args[0], tuple(args[1:]), kwargs)
-            tuple_type = tuple if _pool_returns_indices(func, call.name) else None
-            kept = indices.clone() if tuple_type else indices
-            self.records.append(
-                _Record(call.name, args[0].clone(), values.clone(), tuple_type, kept)
-            )
-            return (values, indices) if tuple_type else values
-        out = func(*args, **kwargs)
-        values = _values(out)
-        tuple_type = None if values is out else type(out)
-        self.records.append(_Record(call.name, args[0].clone(), values.clone(), tuple_type))
-        return out
-
-
-class _ApplyRules(TorchFunctionMode):
-    """Pass 2: the k-th elementwise nonlinearity or max of the references uses its rule
-    against the k-th record of the inputs."""
-
-    def __init__(self, records: list[_Record], pairs: _Pairs, n_rows: int) -> None:
-        super().__init__()
-        self.records, self.pairs, self.n_rows = records, pairs, n_rows
-        self.count = 0
+class _Rules(TorchFunctionMode):
+    """What both passes share: which calls take a rule (tensors depend on the input where they
+    require gradients: both passes run with autograd on), and compositions of covered
+    operations run call by call through the pass itself (``_op``), so that the two passes see
+    the same calls in the same order."""
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
@@ -348,30 +344,111 @@ class _ApplyRules(TorchFunctionMode):
         kwargs = kwargs or {}
         call = describe_call(func, kwargs)
         kind = rule_kind(call, args)
+        if kind == "other" and not call.in_place:
+            kind = pair_kind(call.name, args, kwargs, _requires_grad, call.reflected) or "other"
         if kind == "other":
             return func(*args, **kwargs)
+        if kind == "decompose":
+            return decompose(call.name, args, kwargs, self._op, call.reflected)
+        return self.rule(kind, call.name, func, args, kwargs)
+
+    def _op(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.__torch_function__(func, (), args, kwargs)
+
+    def rule(
+        self, kind: str, name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        raise NotImplementedError
+
+
+def _requires_grad(t: torch.Tensor) -> bool:
+    return t.requires_grad
+
+
+class _RecordInputs(_Rules):
+    """Pass 1: every call that takes a rule, in call order, with the values its rule reads
+    (copies, so that a later in-place operation of the model cannot change them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[_Record] = []
+
+    def rule(
+        self, kind: str, name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        if kind == "product":
+            a, b, bound = bind_product(name, func, args, kwargs)
+            self.records.append(_Record(name, _kept(a), _kept(b), None))
+            return bound(a, b)
+        if kind == "block":
+            z, out = args[1], func(*args, **kwargs)
+            self.records.append(_Record(name, _kept(z), _kept(out), None))
+            return out
+        if name in _WITH_INDICES:  # one pooling, with the indices the rule needs
+            values, indices = _pool(name, args[0], tuple(args[1:]), kwargs)
+            tuple_type = tuple if _pool_returns_indices(func, name) else None
+            kept = indices.clone() if tuple_type else indices
+            self.records.append(_Record(name, _kept(args[0]), _kept(values), tuple_type, kept))
+            return (values, indices) if tuple_type else values
+        out = func(*args, **kwargs)
+        values = _values(out)
+        tuple_type = None if values is out else type(out)
+        self.records.append(_Record(name, _kept(args[0]), _kept(values), tuple_type))
+        return out
+
+
+def _kept(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()
+
+
+class _ApplyRules(_Rules):
+    """Pass 2: the k-th call that takes a rule, for the references, uses it against the k-th
+    record of the inputs."""
+
+    def __init__(self, records: list[_Record], pairs: _Pairs, n_rows: int) -> None:
+        super().__init__()
+        self.records, self.pairs, self.n_rows = records, pairs, n_rows
+        self.count = 0
+
+    def rule(
+        self, kind: str, name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
         k = self.count
         self.count += 1
-        if k >= len(self.records) or self.records[k].name != call.name:
-            raise _different_calls(k, call.name, self.records)
+        if k >= len(self.records) or self.records[k].name != name:
+            raise _different_calls(k, name, self.records)
         record = self.records[k]
-        z = args[0]
+        if kind == "product":
+            a, b, bound = bind_product(name, func, args, kwargs)
+            self._check_rows(name, a, record.z)
+            self._check_rows(name, b, record.y)
+            return ProductRule.apply(a, b, record.z, record.y, self.pairs, bound)
+        z = args[1] if kind == "block" else args[0]
         if not z.requires_grad:  # not on a path from the references (e.g. on parameters)
             return func(*args, **kwargs)
-        if z.shape[0] != self.n_rows or z.shape[1:] != record.z.shape[1:]:
-            raise RescaleUnsupported(
-                f"a model whose {call.name} receives a tensor of shape {tuple(z.shape)} for "
-                f"a batch of {self.n_rows} rows",
-                "The rules pair rows on axis 0: apply nonlinearities before moving or merging "
-                "the batch axis.",
-            )
+        self._check_rows(name, z, record.z)
+        if kind == "softmax":
+            dtype = kwargs.get("dtype")
+            z = z if dtype is None else z.to(dtype)
+            return SoftmaxRule.apply(z, record.z, self.pairs, softmax_dim(args, kwargs))
+        if kind == "block":
+            return _Rescale.apply(z, record, self.pairs, args[0], (), {})
         rule: type[torch.autograd.Function] = _Rescale if kind == "rescale" else _MaxRule
-        if call.name in _WITH_INDICES:
+        if name in _WITH_INDICES:
             rule = _PoolRule
         out = rule.apply(z, record, self.pairs, func, tuple(args[1:]), kwargs)
         if record.tuple_type is not None:  # (values, indices), as the call returns them
             return record.tuple_type(out)
         return _values(out)  # a pooling rule also returns the indices
+
+    def _check_rows(self, name: str, z: torch.Tensor, recorded: torch.Tensor) -> None:
+        if z.shape[0] != self.n_rows or z.shape[1:] != recorded.shape[1:]:
+            raise RescaleUnsupported(
+                f"a model whose {name} receives a tensor of shape {tuple(z.shape)} for "
+                f"a batch of {self.n_rows} rows",
+                "The rules pair rows on axis 0: apply nonlinearities before moving or merging "
+                "the batch axis.",
+            )
 
 
 def _different_calls(k: int, name: str, records: list[_Record]) -> RescaleUnsupported:
@@ -395,7 +472,7 @@ class TorchRescaleGradients:
     ) -> RescaleReport:
         refuse_hidden(model)
         x = x.detach().requires_grad_(True)
-        with module_names(model) as where, torch.enable_grad():
+        with module_names(model) as where, torch.enable_grad(), blocks(model):
             reader = ModelReader(where)
             with reader:
                 out = head(model(x, *extras))
@@ -429,14 +506,17 @@ class TorchRescaleGradients:
         input_extras, reference_extras = extras
         try:
             recorder = _RecordInputs()
-            with torch.no_grad(), recorder:
-                input_outputs = head(model(inputs, *input_extras))[:, selection].float()
+            # with autograd on: which tensors depend on the input decides the pair rules
+            with blocks(model), torch.enable_grad(), recorder:
+                outputs = head(model(inputs.detach().requires_grad_(True), *input_extras))
+            input_outputs = outputs[:, selection].detach().float()
+            del outputs
             refs = references.detach().requires_grad_(True)
             keep = len(selection) > 1 and not vectorised
             pairs = _Pairs(index, self.asarray(index, "int64"), keep_multipliers=keep)
             rules = _ApplyRules(recorder.records, pairs, refs.shape[0])
             with torch.enable_grad():
-                with rules:
+                with blocks(model), rules:
                     selected = head(model(refs, *reference_extras))[:, selection]
                 if rules.count != len(recorder.records):
                     raise _different_calls(rules.count, "nothing more", recorder.records)

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from ..protocol import RescaleReport, RescaleUnsupported
+from .rescale_pairs import pair_kind, rescale_block
 
 #: Elementwise functions of one varying tensor: the rescale rule.
 _RESCALE = frozenset(
@@ -28,11 +30,23 @@ _MAX = frozenset(
     adaptive_max_pool1d_with_indices adaptive_max_pool2d_with_indices
     adaptive_max_pool3d_with_indices amax max""".split()
 )
-_SOFTMAX = frozenset("softmax log_softmax softmin gumbel_softmax".split())
+#: Random at inference: no rule can pair a reference's call with its input's.
+_SOFTMAX = frozenset(["gumbel_softmax"])
 _SOFTMAX_FIX = (
-    "DeepLIFT's rules do not cover a softmax: explain the logits instead, with a model that "
-    "returns the values before the softmax (output_fn can pick or reduce them)."
+    "DeepLIFT's rules do not cover a random softmax: explain the logits instead, with a model "
+    "that returns the values before it (output_fn can pick or reduce them)."
 )
+#: How the rules name what a rule of ``pair_kind`` does, for the report.
+_PAIR_LABELS = {
+    "block": "{name} ({where})",
+    "softmax": "softmax ({where}), under the softmax rule",
+    "product": "{name} of two input-dependent tensors ({where}), under the product rule",
+    "decompose": "{name} ({where}), as the covered operations it is made of",
+}
+#: Modules the rules treat as one elementwise nonlinearity (the rescale block), as their
+#: authors register them with tangermeme: bpnet-lite's profile scaling (the mean-normalised
+#: logits times their softmax).
+BLOCK_MODULES = frozenset({"bpnetlite.bpnet._ProfileLogitScaling"})
 #: Linear in every input-dependent argument (or the identity at inference).
 _LINEAR = frozenset(
     """conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc linear
@@ -156,18 +170,31 @@ class ModelReader(TorchFunctionMode):
             self._made[id(t)] = t
         values = [t for t in made if t.is_floating_point()]  # not shapes, masks or indices
         if values:
-            finding = self._classify(call, args, dependent, grad_enabled)
+            finding = self._classify(call, args, kwargs, dependent, grad_enabled)
             if finding is not None:
                 finding.node = values[0].grad_fn if grad_enabled else None
                 self.findings.append(finding)
         return out
 
     def _classify(
-        self, call: Call, args: Sequence[Any], dependent: list[torch.Tensor], grad_enabled: bool
+        self,
+        call: Call,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        dependent: list[torch.Tensor],
+        grad_enabled: bool,
     ) -> _Finding | None:
         name, where = call.name, self.where()
         label = f"{name} ({where})"
         kind = rule_kind(call, args) if args and self._dependent_first(args) else "other"
+        pair = (
+            None
+            if call.in_place
+            else pair_kind(name, args, kwargs, self._dependent, call.reflected)
+        )
+        if pair is not None and kind == "other":
+            kind = pair
+            label = _PAIR_LABELS[pair].format(name=name, where=where)
         nonlinear = kind != "other" or name not in _LINEAR | _PRODUCTS | _DIVISIONS
         if name in _SOFTMAX:
             return _refused(
@@ -189,7 +216,7 @@ class ModelReader(TorchFunctionMode):
                 "torch.autograd.Function or a no_grad block), out of the rules' reach",
                 "Write it with torch operations that the model calls directly.",
             )
-        if kind == "rescale":
+        if kind in ("rescale", "block", "softmax", "product", "decompose"):
             return _Finding("rescaled", label, None)
         if kind == "max":
             return _Finding("max_rule", label, None)
@@ -266,6 +293,25 @@ def module_names(model: Any) -> Iterator[Callable[[], str]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def blocks(model: Any) -> Iterator[None]:
+    """The modules of ``BLOCK_MODULES`` run as rescale blocks for the duration (their
+    ``forward`` shadowed on the instance, removed after)."""
+    patched = []
+    if isinstance(model, torch.nn.Module):
+        for module in model.modules():
+            cls = type(module)
+            named = f"{cls.__module__}.{cls.__qualname__}" in BLOCK_MODULES
+            if named and "forward" not in module.__dict__:
+                module.forward = partial(rescale_block, module.forward)
+                patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward
 
 
 def refuse_hidden(model: Any) -> None:
