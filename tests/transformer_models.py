@@ -70,8 +70,10 @@ def central_bins(model_bins: int, n_central: int, head: str | None = None) -> Ca
     return output_fn
 
 
-def _reinitialise(model: Any, seed: int) -> None:
-    """Random values for the parts that a fresh model holds at a trivial value."""
+def reinitialise(model: Any, seed: int) -> None:
+    """Random values for the parts that a fresh model holds at a trivial value: He-scaled
+    convolution and dense weights, small random biases, random BatchNorm statistics, attention
+    pooling logits off the identity."""
     import torch
 
     _randomise_batch_norm(model, seed)
@@ -115,7 +117,7 @@ def enformer_small(seed: int = 0, *, checkpointing: bool = False) -> Any:
         dim_divisible_by=8,
         use_checkpointing=checkpointing,
     )
-    _reinitialise(model, seed)
+    reinitialise(model, seed)
     return model.eval()
 
 
@@ -225,7 +227,7 @@ def toy_transformer(seed: int = 0, **sizes: int) -> Any:
 
     torch.manual_seed(seed)
     model = _classes()["ToyTransformer"](**sizes)
-    _reinitialise(model, seed)
+    reinitialise(model, seed)
     return model.eval()
 
 

@@ -185,5 +185,6 @@ def test_deep_lift_shap_sums_to_the_output_difference(case: Case) -> None:
     ].reshape(n, n_refs, -1).mean(axis=1)
     total = attributions.reshape(n, len(targets), -1).sum(axis=-1)
     mine = np.abs(gap - total)
-    assert_close(delta, gap - total, 1e-4)  # the returned delta is the model's own gap
+    scale = max(1.0, float(np.abs(case.predict(X)).max()))  # float32 rounding of the outputs
+    assert np.abs(delta - (gap - total)).max() <= FLOAT32 * scale  # delta is the model's own gap
     assert np.mean(mine <= 1e-3 * np.abs(gap)) >= 0.99, (mine / np.abs(gap)).max()
