@@ -186,10 +186,34 @@ def _attribution_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def export(args: argparse.Namespace) -> list[Path]:
-    from ..io import export_bigwig, export_modisco
+    from ..io import export_bigwig, export_chrombpnet, export_modisco
 
     names = args.class_names.split(",") if args.class_names else None
-    if args.format == "modisco":
+    if args.format != "chrombpnet" and args.target is not None:
+        raise parameter_error(
+            f"seqattrib export {args.format}",
+            "--target",
+            "left out (the export writes every target of the file)",
+            args.target,
+            "Leave out --target, or name the files of the targets with --class-names.",
+        )
+    if args.format == "chrombpnet":
+        if names is not None:
+            raise parameter_error(
+                "seqattrib export chrombpnet",
+                "--class-names",
+                "left out (the file holds one target, chosen with --target)",
+                args.class_names,
+                "Leave out --class-names and name the file with --out.",
+            )
+        paths = export_chrombpnet(
+            args.tracks,
+            args.out,
+            target=args.target,
+            overwrite=args.overwrite,
+            verbose=not args.quiet,
+        )
+    elif args.format == "modisco":
         paths = export_modisco(args.tracks, args.out, class_names=names, overwrite=args.overwrite)
     else:
         if not args.chrom_sizes:

@@ -25,6 +25,7 @@ EPILOG = """examples:
       --length 2114 --out effects.tsv
   seqattrib export modisco tracks.h5 --out modisco/
   seqattrib export bigwig tracks.h5 --out tracks/ --chrom-sizes hg38.chrom.sizes
+  seqattrib export chrombpnet tracks.h5 --out sample.counts_scores.h5 --target 0
   seqattrib plot tracks.h5 --row 0 --out logo.png
   seqattrib trak fit --model mylab.models:make_model --checkpoints seed0.pt seed1.pt \\
       --fasta train.fa --labels train_labels.tsv --store train_features.h5

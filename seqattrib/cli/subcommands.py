@@ -330,11 +330,27 @@ def variants(sub: Any) -> Parser:
 
 
 def export(sub: Any) -> Parser:
-    p = _sub(sub, "export", "TF-MoDISco inputs or bigWig tracks from a tracks file")
-    p.add_argument("format", choices=["modisco", "bigwig"], help="what to write")
+    p = _sub(
+        sub,
+        "export",
+        "TF-MoDISco inputs, bigWig tracks or a ChromBPNet scores file from a tracks file",
+    )
+    p.add_argument("format", choices=["modisco", "bigwig", "chrombpnet"], help="what to write")
     p.add_argument("tracks", help="a tracks file written by explain or ism")
-    add_out(p, "--outdir", "output folder (made if missing)", required=True)
+    add_out(
+        p,
+        "--outdir",
+        "modisco, bigwig: the output folder (made if missing); chrombpnet: the scores file, "
+        "e.g. prefix.counts_scores.h5",
+        required=True,
+    )
     p.add_argument("--chrom-sizes", help="bigwig: the genome's chrom sizes file")
+    p.add_argument(
+        "--target",
+        type=int,
+        help="chrombpnet: the output whose scores to write (default: the file's only one)",
+    )
+    p.add_argument("--quiet", action="store_true", help="chrombpnet: no progress bar")
     p.add_argument(
         "--class-names",
         help="comma list, one file-name-safe name per target (default: target0, target1, ...)",

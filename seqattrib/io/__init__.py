@@ -1,5 +1,5 @@
 """Sequences in and results out: one-hot encoding, FASTA genomes, regions and windows, tracks
-files, TF-MoDISco and bigWig exports.
+files, TF-MoDISco, bigWig and ChromBPNet exports.
 
 Only numpy is imported here; file formats import their libraries when first used.
 """
@@ -7,6 +7,7 @@ Only numpy is imported here; file formats import their libraries when first used
 from __future__ import annotations
 
 from .bigwig import write_bigwig
+from .chrombpnet import export_chrombpnet
 from .export import export_bigwig, export_modisco
 from .fasta import Genome, chrom_sizes, read_fasta
 from .features import StoreInfo, read_store
@@ -26,6 +27,7 @@ __all__ = [
     "chrom_sizes",
     "decode",
     "export_bigwig",
+    "export_chrombpnet",
     "export_modisco",
     "extract_windows",
     "fasta_windows",

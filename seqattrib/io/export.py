@@ -67,20 +67,22 @@ def _check_hypothetical(f: Any, func: str) -> None:
         )
 
 
-def _hypothetical_blocks(f: Any, k: int | None, func: str) -> Iterator[tuple[int, np.ndarray]]:
-    """(start, hypothetical scores (n, L, 4)-or-layout block) of one target, block by block."""
+def _hypothetical_blocks(
+    f: Any, k: int | None, func: str, rows: int | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, hypothetical scores (n, L, 4)-or-layout block) of one target, block by block
+    (``rows`` rows each; default: as many as fit in 64 MiB)."""
     _check_hypothetical(f, func)
     settings = f.attrs
     method = str(settings["method"])
     done = int(settings["n_completed"])
     data = f["attributions"]
     row_bytes = int(np.prod(data.shape[1:])) * 4
-    step = max(1, _BLOCK_BYTES // row_bytes)
+    step = rows or max(1, _BLOCK_BYTES // row_bytes)
     axis = int(settings["alphabet_axis"])
     for start in range(0, done, step):
-        block = data[start : min(done, start + step)]
-        if k is not None:
-            block = block[:, k]
+        stop = min(done, start + step)
+        block = data[start:stop] if k is None else data[start:stop, k]
         if method == "ism":
             block = block - block.mean(axis=axis, keepdims=True)
         yield start, block
