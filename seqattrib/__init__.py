@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from . import heads
 from ._errors import SeqAttribDeprecationWarning, SeqAttribWarning
 from ._version import __version__
 from .attribution import (
@@ -38,6 +39,7 @@ __all__ = [
     "expected_integrated_gradients",
     "explain",
     "get_backend",
+    "heads",
     "integrated_gradients",
     "load_model",
     "ism",

@@ -72,9 +72,17 @@ class RunOptions:
         for name, value in (("verbose", verbose), ("overwrite", overwrite)):
             if not isinstance(value, bool):
                 raise parameter_error(func, name, "True or False", value, error=TypeError)
+        if isinstance(output_fn, (list, tuple)):
+            from ..heads import stack
+
+            output_fn = stack(*output_fn)
         if output_fn is not None and not callable(output_fn):
             raise parameter_error(
-                func, "output_fn", "None or a callable", output_fn, error=TypeError
+                func,
+                "output_fn",
+                "None, a callable, a named head (seqattrib.heads) or a list of them",
+                output_fn,
+                error=TypeError,
             )
         check_device(device, func)
         if out is not None and not isinstance(out, (str, os.PathLike)):
@@ -128,8 +136,11 @@ target : int, sequence of int or None
     Output index; a sequence of K indices (all from the same forward passes); None for every
     output.""",
     "output_fn": """\
-output_fn : callable, optional
-    Framework-native function from the raw model output to a (batch, K) tensor.""",
+output_fn : callable, named head or list of them, optional
+    Maps the raw model output (a tensor, or a tuple or dict of them) to the (batch, K) values
+    explained: a framework-native function, or a head of ``seqattrib.heads`` (BPNet/ChromBPNet
+    ``profile`` and ``counts``, Enformer/Borzoi ``tracks`` reductions). A list of them is
+    ``heads.stack``: their columns side by side, all explained from one forward pass.""",
     "alphabet_axis": """\
 alphabet_axis : {None, -1, -2} or the same axis as a positive index
     The axis of the bases in X, one of its last two: -1 for (n_sequences, length, 4), -2 for

@@ -40,6 +40,7 @@ __all__ = [
     "WindowedForward",
     "capability",
     "get_backend",
+    "tensor_backend",
 ]
 
 
@@ -121,6 +122,18 @@ def get_backend(model: Any, backend: str | None = None) -> Backend:
             described=True,
         )
     return _instance(name)
+
+
+def tensor_backend(value: Any) -> Backend | None:
+    """The backend whose framework ``value`` is a tensor of (a framework already imported),
+    or None."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _instance("torch")
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.is_tensor(value):
+        return _instance("tensorflow")
+    return None
 
 
 def capability(backend: Backend, kind: Any, func: str) -> Any:

@@ -56,11 +56,13 @@ class TargetAxis:
 class Head:
     """The model's raw output (a tensor, tuple or dict) as a (batch, K) tensor.
 
-    ``output_fn`` (framework-native) maps the raw output first; what it returns is checked on
-    every call (a framework tensor of rank 1 or 2 with the batch of the raw output), and an
-    error it raises is reported as an ``output_fn`` error, chained to the original. Equal heads
-    (the same ``output_fn``) are equal, so compiled functions keyed by a head are reused across
-    calls; ``func`` only names the caller in messages.
+    ``output_fn`` (framework-native, or a named head of ``seqattrib.heads``) maps the raw
+    output first; what it returns is checked on every call (a framework tensor of rank 1 or 2
+    with the batch of the raw output), and an error it raises is reported as an ``output_fn``
+    error, chained to the original (a named head's own error, which names the head's parameter
+    and the model's outputs, is raised as it is). Equal heads (the same ``output_fn``, and equal
+    named heads) are equal, so compiled functions keyed by a head are reused across calls;
+    ``func`` only names the caller in messages.
     """
 
     output_fn: Callable[[Any], Any] | None = None
@@ -126,6 +128,8 @@ class Head:
         assert self.output_fn is not None
         try:
             return self.output_fn(raw)
+        except OutputShapeError:
+            raise  # a named head that does not fit the outputs: its message names them
         except Exception as exc:
             if type(exc).__name__ in _OUT_OF_MEMORY:
                 raise  # the batch sizer's business, not the function's
@@ -134,7 +138,7 @@ class Head:
                 "output_fn",
                 "a function that takes the model's raw output",
                 f"a function that raised {type(exc).__name__}: {_first_line(exc)} (given "
-                f"{_describe_output(raw)})",
+                f"{describe_output(raw)})",
                 described=True,
                 error=OutputShapeError,
             ) from exc
@@ -161,13 +165,13 @@ def _batches(raw: Any) -> set[int]:
     return {first} if isinstance(first, int) else set()
 
 
-def _describe_output(raw: Any) -> str:
+def describe_output(raw: Any) -> str:
     """The raw output as output_fn saw it: type and shapes."""
     if isinstance(raw, dict):
-        parts = ", ".join(f"{k!r}: {_describe_output(v)}" for k, v in raw.items())
+        parts = ", ".join(f"{k!r}: {describe_output(v)}" for k, v in raw.items())
         return "{" + parts + "}"
     if isinstance(raw, (tuple, list)):
-        inner = ", ".join(_describe_output(v) for v in raw)
+        inner = ", ".join(describe_output(v) for v in raw)
         return f"{type(raw).__name__}({inner})"
     shape = getattr(raw, "shape", None)
     return type(raw).__name__ if shape is None else f"a tensor of shape {tuple(shape)}"

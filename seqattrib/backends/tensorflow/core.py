@@ -14,6 +14,7 @@ import tensorflow as tf
 from ..._errors import SeqAttribWarning, parameter_error
 from ..._threads import affinity_cpus, available_cpus
 from ..protocol import Head, OutOfDeviceMemory, TransferStats
+from . import head_ops as ops_of_heads
 from .parameters import (
     TensorFlowParameterGradients,
     call_model,
@@ -86,6 +87,7 @@ class TensorFlowBackend(
     windowed forward, parameter gradients, rescale gradients)."""
 
     name = "tensorflow"
+    head_ops = ops_of_heads
 
     def __init__(self) -> None:
         self.transfers = TransferStats()

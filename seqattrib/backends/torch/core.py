@@ -15,6 +15,7 @@ from ..._errors import SeqAttribWarning, parameter_error
 from ..._threads import available_cpus
 from ..._validation import check_device
 from ..protocol import Head, OutOfDeviceMemory, TransferStats
+from . import head_ops as ops_of_heads
 from .gradients import target_gradients
 from .parameters import TorchParameterGradients
 from .rescale import TorchRescaleGradients
@@ -142,6 +143,7 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
     gradients, rescale gradients)."""
 
     name = "torch"
+    head_ops = ops_of_heads
 
     def __init__(self) -> None:
         self.transfers = TransferStats()
