@@ -12,6 +12,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from .rescale import rescale_block as block_of_rescale
+
 
 def is_tensor(value: Any) -> bool:
     return bool(tf.is_tensor(value))
@@ -79,7 +81,4 @@ def concat(xs: Sequence[tf.Tensor], axis: int) -> tf.Tensor:
 def rescale_block(func: Callable[[tf.Tensor], tf.Tensor], z: tf.Tensor) -> tf.Tensor:
     """``func(z)``; DeepLIFT/DeepSHAP treat the whole of ``func`` as one elementwise
     nonlinearity (its secant between input and reference)."""
-    from . import rescale
-
-    block = getattr(rescale, "rescale_block", None)
-    return func(z) if block is None else block(func, z)
+    return block_of_rescale(func, z)

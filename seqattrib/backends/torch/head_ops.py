@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from .rescale_pairs import rescale_block as block_of_rescale
+
 
 def is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
@@ -76,7 +78,4 @@ def concat(xs: Sequence[torch.Tensor], axis: int) -> torch.Tensor:
 def rescale_block(func: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor) -> torch.Tensor:
     """``func(z)``; DeepLIFT/DeepSHAP treat the whole of ``func`` as one elementwise
     nonlinearity (its secant between input and reference)."""
-    from . import rescale
-
-    block = getattr(rescale, "rescale_block", None)
-    return func(z) if block is None else block(func, z)
+    return block_of_rescale(func, z)
