@@ -38,6 +38,7 @@ def common_run(args: argparse.Namespace, framework: str, regions: Any) -> dict[s
     return dict(
         backend=framework,
         target=args.target,
+        output_fn=args.head,
         batch_size=args.batch_size,
         max_cpu_sequences=args.max_cpu_sequences,
         device=args.device,
@@ -155,6 +156,7 @@ def variants(args: argparse.Namespace) -> str:
         args.vcf or args.table,
         length=args.length,
         target=args.target,
+        output_fn=args.head,
         score=args.score,
         attributions=args.attributions,
         attribution_options=_attribution_options(args) or None,

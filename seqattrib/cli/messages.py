@@ -161,7 +161,10 @@ def cli_message(
         param = match.group(1)
         if param == "output_fn":
             return _tuple_outputs(text)
-        flag = param if param.startswith("-") else flags.get(param, repr(param))
+        if match.group(2).startswith("seqattrib.heads."):
+            flag = "--head" if param == "spec" else f"--head {param}="
+        else:
+            flag = param if param.startswith("-") else flags.get(param, repr(param))
         text = f"{flag} must be " + text[match.end() :]
     for pattern, replacement in _IDIOMS:
         text = pattern.sub(replacement, text)
@@ -201,8 +204,9 @@ def _tuple_outputs(text: str) -> str:
     got = re.search(r"Got (.*?) instead", text)
     what = got.group(1) if got else "something else"
     return (
-        f"--model must return a (batch, outputs) tensor; it returns {what}. Pass a "
-        "pkg.module:factory whose model selects the outputs to explain."
+        f"--model must return a (batch, outputs) tensor; it returns {what}. Choose what to "
+        "explain with --head (e.g. --head counts, --head profile:chrombpnet or --head "
+        "tracks:track=0), or pass a pkg.module:factory whose model selects it."
     )
 
 

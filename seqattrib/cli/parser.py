@@ -138,6 +138,17 @@ SHARD = _typed("shard", "i/n with 0 <= i < n, such as 0/4", _shard)
 WINDOW = _typed("window", "start:end (0-based, end excluded), such as 900:1100", _window)
 
 
+def HEAD(text: str) -> Any:
+    """A named head (``seqattrib.heads.from_spec``); its errors in the words of ``--head``."""
+    from ..heads import from_spec
+    from .messages import cli_message
+
+    try:
+        return from_spec(text)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(cli_message(exc).removeprefix("--head ")) from None
+
+
 # --------------------------------------------------------------------------- option groups
 def add_model_and_sequences(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -168,6 +179,18 @@ def add_model_and_sequences(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_head(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--head",
+        type=HEAD,
+        help="what to explain of a model with several outputs: profile[:chrombpnet|bpnet-lite] "
+        "or counts (BPNet/ChromBPNet), logsumexp-counts:A+B, or tracks:track=T[+T...],"
+        "bins=START:STOP,reduce=sum|mean,transform=log1p|log,minus=T,output=KEY "
+        "(Enformer/Borzoi bins x tracks); --target picks among its columns (default: the "
+        "model's outputs as they are)",
+    )
+
+
 def add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
@@ -175,6 +198,7 @@ def add_run(p: argparse.ArgumentParser) -> None:
         default=0,
         help="output index, a comma list (0,2: one file row holds both) or 'all' (default: 0)",
     )
+    add_head(p)
     p.add_argument(
         "--batch-size",
         type=BATCH_SIZE,

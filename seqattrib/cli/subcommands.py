@@ -17,6 +17,7 @@ from .parser import (
     WINDOW,
     Parser,
     RenamedFlag,
+    add_head,
     add_model_and_sequences,
     add_out,
     add_run,
@@ -275,6 +276,7 @@ def variants(sub: Any) -> Parser:
         default=0,
         help="output index, a comma list (0,2) or 'all' (default: 0)",
     )
+    add_head(p)
     p.add_argument(
         "--score",
         type=_scores,
