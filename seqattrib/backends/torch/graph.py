@@ -9,6 +9,7 @@ removed. Operations that act per position, through a sliding window, across alig
 tensors, or as a sum, mean or maximum over positions become ``LocalNode`` s
 (``local_ops``); the first operation on each path that is anything else ends the prefix, and
 everything from there on is copied into a tail ``GraphModule`` whose inputs are the cut nodes.
+A model that torch.fx cannot trace is read from its ``torch.export`` graph (``export_graph``).
 """
 
 from __future__ import annotations
@@ -63,12 +64,14 @@ def torch_local_graph(
         )
     try:
         traced = fx.symbolic_trace(_Bound(model))
-    except Exception as exc:  # noqa: BLE001 - any tracing failure means: no fast path
-        raise GraphUnsupported(
-            f"torch.fx could not trace {type(model).__name__} ({type(exc).__name__}: "
-            f"{_first_line(exc)}); fast ISM reads models whose forward pass torch.fx can "
-            "trace with the input alone (no loops over tensors, no data-dependent branches)"
-        ) from exc
+    except Exception as exc:  # noqa: BLE001 - torch.fx cannot trace it: try torch.export
+        failure = exc
+    else:
+        failure = None
+    if failure is not None:
+        from .export_graph import exported_local_graph
+
+        return exported_local_graph(model, row_shape, length_axis, output_fn, failure)
     (placeholder,) = [n for n in traced.graph.nodes if n.op == "placeholder"]
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     example = torch.zeros((2, *row_shape), device=device)
@@ -100,11 +103,10 @@ def _drop_unread_outputs(
     node.args = (pytree.tree_unflatten(kept, returned_spec),)
 
 
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [""])[0]
-
-
 class _Reader:
+    #: turns one node whose tensor inputs are all local into a LocalNode, or None
+    classify = staticmethod(classify)
+
     def __init__(
         self,
         traced: fx.GraphModule,
@@ -116,6 +118,7 @@ class _Reader:
         self.shapes = shapes  # nodes computed from tensor shapes only, and their values
         self.nodes: list[LocalNode] = []
         self.index: dict[fx.Node, int] = {}
+        self.absorbed: set[fx.Node] = set()  # inner nodes of a block read as one LocalNode
 
     # ------------------------------------------------------------------ walk
     def read(self, placeholder: fx.Node) -> LocalGraph:
@@ -131,9 +134,9 @@ class _Reader:
             if node.op in ("placeholder", "output", "get_attr") or node in self.index:
                 continue
             inputs = [a for a in node.all_input_nodes if a.op != "get_attr"]
-            if not inputs or not all(a in self.index for a in inputs):
+            if node in self.absorbed or not inputs or not all(a in self.index for a in inputs):
                 continue
-            local = classify(node, self)
+            local = self.classify(node, self)
             if local is not None:
                 self._add(node, local)
         outside = [n for n in self.index if any(self._reads_values(u, n) for u in n.users)]
@@ -141,9 +144,7 @@ class _Reader:
             raise GraphUnsupported("the model's output does not depend on its input")
         if outside == [placeholder]:
             first = next(u for u in placeholder.users if u not in self.index)
-            raise NothingLocal(
-                f"{describe(first, self.modules)} reads the input directly: nothing to reuse"
-            )
+            raise NothingLocal(f"{self.describe(first)} reads the input directly: nothing to reuse")
         cut = [self.index[n] for n in outside]
         tail = self._tail(outside)
         return LocalGraph(self.nodes, cut, tail, tail_macs=self._tail_macs())
@@ -151,7 +152,11 @@ class _Reader:
     def _reads_values(self, user: fx.Node, node: fx.Node) -> bool:
         """Whether ``user`` (outside the prefix) needs the values of local ``node`` (not only
         its shape)."""
-        return user not in self.index and user not in self.shapes
+        return user not in self.index and user not in self.shapes and user not in self.absorbed
+
+    def describe(self, node: fx.Node) -> str:
+        """The node's name in messages."""
+        return describe(node, self.modules)
 
     def _add(self, node: fx.Node, local: LocalNode) -> None:
         self.index[node] = len(self.nodes)
@@ -171,7 +176,7 @@ class _Reader:
             env[node] = graph.placeholder(f"cut{i}")
         first = env[cut_nodes[0]]
         for node in self.traced.graph.nodes:
-            if node in env or node in self.index:
+            if node in env or node in self.index or node in self.absorbed:
                 continue
             if node in self.shapes and any(a in self.index for a in node.all_input_nodes):
                 # the shape of a local tensor: its batch size read from the first cut value
@@ -273,6 +278,9 @@ def _shape_value(node: fx.Node, known: dict[fx.Node, Any]) -> Any:
     """The value of a shape query or of arithmetic on known sizes; _BATCH for the batch size;
     None when unknown."""
     args = node.args
+    if node.op == "call_function" and node.target is torch.ops.aten.sym_size.int:
+        shape = shape_of(args[0])
+        return None if shape is None else (_BATCH, *shape[1:])[args[1]]
     if node.op == "call_function" and node.target is getattr and args[1] == "shape":
         shape = shape_of(args[0])
         return None if shape is None else (_BATCH, *shape[1:])
