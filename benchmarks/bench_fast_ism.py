@@ -6,7 +6,9 @@ Run ``python benchmarks/bench_fast_ism.py [--quick] [--models NAME,...] [--no-ta
 Models (random weights, ``tests/published_models.py`` and ``tests/models.py``): the BPNet-like
 and Basset-like benchmark models (L=1000, 64 filters), bpnet-lite's BPNet in a CountWrapper
 (2,114 bp in, 1,000 out, 8 dilated layers, 64 filters, the control input left at None),
-Basset (500 bp), a small conv net (500 bp) in torch; the BPNet-like model, chrombpnet's dilated
+Basset (500 bp), a small conv net (500 bp), enformer-pytorch's Enformer at a small size (dim 48,
+one transformer layer, 2,048 bp in; read from its torch.export graph, torch.fx cannot trace it)
+in torch; the BPNet-like model, chrombpnet's dilated
 residual model (2,114 bp, 64 filters, counts head), CREsted's topic CNN with same-padded max
 pooling (500 bp), Basset and the small conv net in Keras 3 on TensorFlow.
 
@@ -42,6 +44,7 @@ _common.one_thread(torch)
 import models  # noqa: E402
 import published_models as published  # noqa: E402
 import tensorflow as tf  # noqa: E402
+import transformer_models  # noqa: E402
 from _common import (  # noqa: E402
     Row,
     log,
@@ -66,6 +69,20 @@ TANGERMEME_SIZES = (16, 32, 64, 128, 256)
 #: Targets of fast ÷ exact, and the models tangermeme runs on (torch).
 TARGETS = {"bpnet": "≤ 0.20", "bpnet-lite": "≤ 0.35", "chrombpnet": "≤ 0.40"}
 TANGERMEME_MODELS = {"bpnet", "basset", "bpnet-lite", "basset-500", "small-500"}
+
+#: Models of this benchmark only (``fast="auto"``'s test covers ``published.BENCHMARK``):
+#: Enformer-class, (N, L, 4) in, 256 bins of 8 bp cropped to 16, the 4 central bins summed.
+EXTRA = {
+    "enformer": published.BenchmarkModel(
+        "enformer-pytorch Enformer, dim 48, 1 layer (2048 bp → 16 bins)",
+        "torch",
+        2048,
+        transformer_models.enformer_small,
+        output_fn=transformer_models.central_bins(transformer_models.ENFORMER_BINS, 4, "human"),
+    )
+}
+#: torch models that take (N, L, 4).
+CHANNELS_LAST = {"enformer"}
 
 
 # --------------------------------------------------------------------------- timing
@@ -117,7 +134,7 @@ def run_model(
     name: str, spec: Any, quick: bool, module: Any, rows: list[Row], notes: list[str]
 ) -> None:
     model = spec.build()
-    layout = "NCL" if spec.framework == "torch" else "NLC"
+    layout = "NCL" if spec.framework == "torch" and name not in CHANNELS_LAST else "NLC"
     X = models.random_one_hot(1, spec.length, seed=1, layout=layout)
     L = spec.length
     window = (L // 2 - 50, L // 2 + 50) if quick else (0, L)
@@ -213,7 +230,7 @@ def header(version: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    specs = published.BENCHMARK
+    specs = {**published.BENCHMARK, **EXTRA}
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a window of 100 positions")
     parser.add_argument("--models", default=",".join(specs), help="comma-separated names")

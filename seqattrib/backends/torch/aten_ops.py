@@ -72,7 +72,9 @@ _IN_PLACE_MERGES: dict[str, Callable[..., torch.Tensor]] = {
 _COMMUTING = {"add", "mul", "maximum", "minimum"}
 _SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax"}
 _CONVOLUTIONS = {"conv1d", "convolution"}
-_VIEWS = {"view", "reshape", "_unsafe_view"}
+#: Reshapes and views (a view of the same shape is pointwise; a split of the positions may
+#: start a pooling block).
+VIEW_OPS = {"view", "reshape", "_unsafe_view"}
 _REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max"}
 
 
@@ -94,7 +96,7 @@ def classify(node: fx.Node, reader: Any) -> LocalNode | None:
     name = op_name(node)
     if name in _REDUCTIONS or name == "adaptive_avg_pool1d":
         return _reduce(ctx, name)
-    if name in _VIEWS and len(shape) == 4:
+    if name in VIEW_OPS and len(shape) == 4:
         return _pool_block(ctx)
     if len(shape) != 3:
         return None
@@ -121,7 +123,7 @@ def classify(node: fx.Node, reader: Any) -> LocalNode | None:
         return _slice(ctx, name)
     if name in ("permute", "transpose"):
         return _transpose(ctx, name)
-    if name in _VIEWS | {"unsqueeze", "squeeze"} and shape == shape_of(ctx.tensors[0]):
+    if name in VIEW_OPS | {"squeeze"} and shape == shape_of(ctx.tensors[0]):
         return ctx.make("pointwise", bind(node))  # a view that keeps the shape
     return _per_position(ctx, name)
 

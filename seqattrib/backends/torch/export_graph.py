@@ -167,7 +167,7 @@ def _free_batch_in_views(module: fx.GraphModule, shapes: dict[fx.Node, Any]) -> 
     """``reshape(x, [batch, 24, 64, 2])`` as ``reshape(x, [-1, 24, 64, 2])``: a view whose
     only size that is not a constant is the batch size reads no shape node."""
     for node in module.graph.nodes:
-        if aten_ops.op_name(node) not in aten_ops._VIEWS or len(node.args) < 2:
+        if aten_ops.op_name(node) not in aten_ops.VIEW_OPS or len(node.args) < 2:
             continue
         sizes = node.args[1]
         if not isinstance(sizes, (list, tuple)):
