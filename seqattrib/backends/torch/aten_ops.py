@@ -192,7 +192,7 @@ def _merge(ctx: Context, name: str) -> LocalNode | None:
         macs=ctx.shape[3 - axis],
         fresh=True,
         in_place=in_place if overwrite is not None else None,
-        commutes=name in _COMMUTING and plain and shape_a == shape_b,
+        commutes=bool(name in _COMMUTING and plain and shape_a == shape_b),
         how="sum" if name == "add" and plain else "",
     )
 
@@ -311,7 +311,7 @@ def _slice(ctx: Context, name: str) -> LocalNode | None:
 
 
 def _transpose(ctx: Context, name: str) -> LocalNode | None:
-    args = ctx.node.args[1:]
+    args: Any = ctx.node.args[1:]
     dims = tuple(d % 3 for d in (args[0] if name == "permute" else args))
     if dims not in ((1, 2), (2, 1), (0, 2, 1)):
         return None

@@ -253,7 +253,7 @@ def _macs(node: fx.Node) -> float:
     if name == "einsum":
         equation = str(node.args[0]).replace(" ", "")
         terms, result = equation.split("->") if "->" in equation else (equation, "")
-        sizes = {}
+        sizes: dict[str, int] = {}
         for term, operand in zip(terms.split(","), inputs, strict=False):
             sizes.update(zip(term, operand, strict=False))
         contracted = set(sizes) - set(result)

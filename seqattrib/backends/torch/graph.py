@@ -62,12 +62,11 @@ def torch_local_graph(
             "its graph is read for Keras models on the TensorFlow backend only "
             "(this one runs on the torch backend)"
         )
+    failure: Exception | None = None
     try:
         traced = fx.symbolic_trace(_Bound(model))
     except Exception as exc:  # noqa: BLE001 - torch.fx cannot trace it: try torch.export
         failure = exc
-    else:
-        failure = None
     if failure is not None:
         from .export_graph import exported_local_graph
 
@@ -280,7 +279,7 @@ def _shape_value(node: fx.Node, known: dict[fx.Node, Any]) -> Any:
     args = node.args
     if node.op == "call_function" and node.target is torch.ops.aten.sym_size.int:
         shape = shape_of(args[0])
-        return None if shape is None else (_BATCH, *shape[1:])[args[1]]
+        return None if shape is None else (_BATCH, *shape[1:])[cast(int, args[1])]
     if node.op == "call_function" and node.target is getattr and args[1] == "shape":
         shape = shape_of(args[0])
         return None if shape is None else (_BATCH, *shape[1:])
