@@ -12,14 +12,18 @@ output's change, so a model made of covered operations keeps summation to delta.
   operands: c_x - c_r = op(a_bar, b_x - b_r) + op(a_x - a_r, b_bar) with a_bar, b_bar the means
   of the input's and the reference's operands (attention's q k^T and attention times values,
   x * sigmoid(1.702 x), gating).
-- Softmax over an axis: exp (rescale rule), the sum (linear) and the division by it (the
-  reciprocal under the rescale rule, then the product rule), in closed form. With p and q the
-  input's and the reference's softmax, u = exp((lse(z_x) - lse(z_r)) / 2) and
-  m_j = (p_j u - q_j / u) / (z_x - z_r)_j, the multipliers times an upstream gradient g are
-  m_j ((u + 1/u) / 2 g_j - sum_i (p_i u + q_i / u) g_i / 2): invariant to a shift of the
-  logits, computed in float64.
-- Layer, RMS and group normalisation, division by an activation, log-softmax, softmin and
-  scaled dot-product attention run as the covered operations they are made of (a square, a
+- Softmax over an axis, y = a / s with a = exp(z) and s = sum a: exp under the rescale rule,
+  the sum (linear), 1 / s under the rescale rule, and the product a (1 / s) under the
+  log-ratio rule (the change of y_i in proportion to the changes of log a_i and log (1 / s)),
+  as tangermeme's softmax rule chains them. With p and q the input's and the reference's
+  softmax, d = lse(z_x) - lse(z_r), u = exp(d / 2) and dz = z_x - z_r, the multipliers
+  times an upstream gradient g are g_j r_j - e_j k sum_i g_i r_i, where
+  r_i = (p_i - q_i) / (dz_i - d) (q_i where the two logs agree),
+  e_j = (p_j u - q_j / u) / dz_j (q_j / u where dz_j = 0) and k = (d / 2) / sinh(d / 2):
+  invariant to a shift of the logits, computed in float64.
+- Layer, RMS and group normalisation, division by an activation, log-softmax, softmin, scaled
+  dot-product attention and multi-head attention (``nn.MultiheadAttention``, also inside
+  ``nn.TransformerEncoderLayer``) run as the covered operations they are made of (a square, a
   mean, a reciprocal square root and a product; a softmax between two products).
 """
 
@@ -38,7 +42,8 @@ BLOCK = "rescale_block"
 _PRODUCTS = frozenset("mul multiply matmul mm bmm einsum".split())
 _DIVISIONS = frozenset("div divide true_divide truediv".split())
 _NORMS = frozenset("layer_norm rms_norm group_norm".split())
-_DECOMPOSED = _DIVISIONS | _NORMS | {"log_softmax", "softmin", "scaled_dot_product_attention"}
+_ATTENTION = frozenset(["scaled_dot_product_attention", "multi_head_attention_forward"])
+_DECOMPOSED = _DIVISIONS | _NORMS | _ATTENTION | {"log_softmax", "softmin"}
 
 Op = Callable[..., Any]  # runs a torch function under the rules: op(func, *args, **kwargs)
 
@@ -77,7 +82,9 @@ def pair_kind(
             return None
         divisor = args[0] if reflected else _second(args, kwargs)
         return "decompose" if _is_dependent(divisor, dependent) else None
-    if name == "scaled_dot_product_attention":
+    if name in _ATTENTION:
+        if kwargs.get("static_k") is not None or kwargs.get("static_v") is not None:
+            return None  # precomputed keys: left to its gradient
         qkv = list(args[:3]) + [kwargs.get(k) for k in ("query", "key", "value")]
         return "decompose" if any(_is_dependent(t, dependent) for t in qkv) else None
     if name in _DECOMPOSED:
@@ -182,18 +189,22 @@ class SoftmaxRule(torch.autograd.Function):
             z_i = z_x.double().index_select(0, pairs.index)
             lse_r = torch.logsumexp(z_r, dim, keepdim=True)
             lse_i = torch.logsumexp(z_i, dim, keepdim=True)
-            u = torch.exp(((lse_i - lse_r) * 0.5).clamp(-300.0, 300.0))
-            p_u = torch.exp(z_i - lse_i) * u
-            q_u = torch.exp(z_r - lse_r) / u
+            half = ((lse_i - lse_r) * 0.5).clamp(-300.0, 300.0)  # d / 2
+            u = torch.exp(half)
+            p, q = torch.exp(z_i - lse_i), torch.exp(z_r - lse_r)
             dz = z_i - z_r
-            close = ~(dz.abs() >= RESCALE_EPS)  # also where both are -inf (masked)
-            slope = torch.where(close, (p_u + q_u) * 0.5, (p_u - q_u) / dz.masked_fill(close, 1.0))
-            parts = (slope, (u + 1.0 / u) * 0.5, (p_u + q_u) * 0.5, dim)
+            close = ~(dz.abs() > RESCALE_EPS)  # also where both are -inf (masked)
+            to_exp = torch.where(close, q / u, (p * u - q / u) / dz.masked_fill(close, 1.0))
+            kappa = torch.where(half.abs() < 1e-8, 1.0, half / torch.sinh(half))
+            d_log = dz - 2.0 * half  # the change of log softmax
+            flat = ~(d_log.abs() > RESCALE_EPS)
+            ratio = torch.where(flat, q, (p - q) / d_log.masked_fill(flat, 1.0))
+            parts = (ratio, to_exp * kappa, dim)
             if pairs.keep_multipliers:
                 ctx.parts = parts
-        slope, scale, weights, dim = parts
-        g = grad.double()
-        out = slope * (scale * g - (weights * g).sum(dim, keepdim=True))
+        ratio, to_sum, dim = parts
+        g = grad.double() * ratio
+        out = g - to_sum * g.sum(dim, keepdim=True)
         return out.to(grad.dtype), None, None, None
 
 
@@ -220,6 +231,8 @@ def decompose(
         return _rms_norm(op, *args, **kwargs)
     if name == "group_norm":
         return _group_norm(op, *args, **kwargs)
+    if name == "multi_head_attention_forward":
+        return _multi_head_attention(op, *args, **kwargs)
     return _attention(op, *args, **kwargs)
 
 
@@ -307,3 +320,99 @@ def _attention(
         else:
             logits = op(torch.add, logits, attn_mask)
     return op(torch.matmul, op(torch.softmax, logits, -1), value)
+
+
+def _multi_head_attention(
+    op: Op,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    embed_dim_to_check: int,
+    num_heads: int,
+    in_proj_weight: Any,
+    in_proj_bias: Any,
+    bias_k: Any,
+    bias_v: Any,
+    add_zero_attn: bool,
+    dropout_p: float,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: Any,
+    training: bool = True,
+    key_padding_mask: Any = None,
+    need_weights: bool = True,
+    attn_mask: Any = None,
+    use_separate_proj_weight: bool = False,
+    q_proj_weight: Any = None,
+    k_proj_weight: Any = None,
+    v_proj_weight: Any = None,
+    static_k: Any = None,
+    static_v: Any = None,
+    average_attn_weights: bool = True,
+    is_causal: bool = False,
+) -> tuple[Any, Any]:
+    """``F.multi_head_attention_forward`` at inference (the call ``nn.MultiheadAttention``
+    makes: sequence-first (L, N, E) tensors, or unbatched (L, E)), batch first inside, so
+    that every rule pairs rows on axis 0."""
+    unbatched = query.dim() == 2
+    q, k, v = (
+        op(torch.transpose, op(torch.unsqueeze, t, 1) if unbatched else t, 0, 1)
+        for t in (query, key, value)
+    )
+    if use_separate_proj_weight:
+        weights = (q_proj_weight, k_proj_weight, v_proj_weight)
+    else:
+        weights = tuple(in_proj_weight.chunk(3))
+    biases = (None,) * 3 if in_proj_bias is None else tuple(in_proj_bias.chunk(3))
+    q, k, v = (
+        op(torch.nn.functional.linear, t, w, b)
+        for t, w, b in zip((q, k, v), weights, biases, strict=True)
+    )
+    n, length, embed = q.shape
+    extra = []
+    if bias_k is not None and bias_v is not None:
+        k = op(torch.cat, [k, bias_k.reshape(1, 1, embed).expand(n, 1, embed)], 1)
+        v = op(torch.cat, [v, bias_v.reshape(1, 1, embed).expand(n, 1, embed)], 1)
+        extra.append(1)
+    if add_zero_attn:
+        k = op(torch.cat, [k, k.new_zeros(n, 1, embed)], 1)
+        v = op(torch.cat, [v, v.new_zeros(n, 1, embed)], 1)
+        extra.append(1)
+    head_dim = embed // num_heads
+
+    def heads(t: Any) -> Any:
+        return op(torch.transpose, op(torch.reshape, t, (n, -1, num_heads, head_dim)), 1, 2)
+
+    q, k, v = heads(q), heads(k), heads(v)
+    logits = op(torch.matmul, op(torch.mul, q, head_dim**-0.5), op(torch.transpose, k, -2, -1))
+    n_keys = k.shape[-2]
+    if is_causal and attn_mask is None:
+        attn_mask = (
+            torch.ones(length, n_keys, dtype=torch.bool, device=q.device).tril().logical_not()
+        )
+    for mask, shape in ((attn_mask, None), (key_padding_mask, (n, 1, 1, -1))):
+        if mask is None:
+            continue
+        if extra:  # the columns of bias_k and the zero key are never masked
+            mask = torch.nn.functional.pad(mask, (0, len(extra)))
+        if shape is not None:
+            mask = mask.reshape(shape)
+        elif mask.dim() == 3:  # (N * heads, L, S)
+            mask = mask.reshape(n, num_heads, length, n_keys)
+        if mask.dtype == torch.bool:
+            logits = op(torch.masked_fill, logits, mask, float("-inf"))
+        else:
+            logits = op(torch.add, logits, mask)
+    attention = op(torch.softmax, logits, -1)
+    out = op(
+        torch.reshape, op(torch.transpose, op(torch.matmul, attention, v), 1, 2), (n, length, embed)
+    )
+    out = op(
+        torch.transpose, op(torch.nn.functional.linear, out, out_proj_weight, out_proj_bias), 0, 1
+    )
+    weights_out = None
+    if need_weights:
+        weights_out = op(torch.mean, attention, 1) if average_attn_weights else attention
+    if unbatched:
+        out = op(torch.squeeze, out, 1)
+        weights_out = None if weights_out is None else op(torch.squeeze, weights_out, 0)
+    return out, weights_out

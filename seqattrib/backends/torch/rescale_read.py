@@ -70,7 +70,8 @@ _DIVISIONS = frozenset("div divide true_divide truediv".split())
 _NO_GRADIENT = frozenset(
     """gt ge lt le eq ne greater less greater_equal less_equal equal not_equal isnan isinf
     isfinite sign argmax argmin argsort round floor ceil trunc logical_and logical_or
-    logical_not bool long int any all nonzero topk sort""".split()
+    logical_not bool long int any all nonzero topk sort zeros_like ones_like empty_like
+    full_like new_zeros new_ones new_empty new_full""".split()
 )
 
 
