@@ -4,6 +4,8 @@ bpnet-lite's own wrappers and hand-written stop-gradient forms, in torch and Ten
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from helpers import CLOSED_FORM, assert_close
@@ -190,6 +192,41 @@ def test_profile_and_counts_from_one_pass_equal_two_calls(framework):
         assert_close(together[:, k], alone, CLOSED_FORM)
 
 
+METHODS = {
+    "saliency": lambda m, X, fn: sa.saliency(m, X, output_fn=fn, target=[0, 1], batch_size=8),
+    "ig": lambda m, X, fn: sa.integrated_gradients(
+        m, X, output_fn=fn, target=[0, 1], batch_size=8, n_steps=3
+    ),
+    "eig": lambda m, X, fn: sa.expected_integrated_gradients(
+        m, X, output_fn=fn, target=[0, 1], batch_size=8, n_baselines=3, n_steps=2
+    ),
+    "deep_lift_shap": lambda m, X, fn: sa.deep_lift_shap(
+        m, X, output_fn=fn, target=[0, 1], batch_size=8, n_baselines=3
+    ),
+    "ism": lambda m, X, fn: sa.ism(m, X, output_fn=fn, target=[0, 1], batch_size=8),
+    "ism_exact": lambda m, X, fn: sa.ism(
+        m, X, output_fn=fn, target=[0, 1], batch_size=8, fast=False
+    ),
+}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_takes_heads_as_their_hand_written_output_fn(method):
+    import torch
+
+    def hand(out):
+        return torch.cat([torch_stop_gradient_profile(out[:2]), out[1]], dim=1)
+
+    model, X = torch_chrombpnet_like(), _sequences(3, SHORT, "NCL")
+    with warnings.catch_warnings():  # DeepSHAP's gap of softmax weights that move (expected)
+        warnings.filterwarnings("ignore", "deep_lift_shap: the contributions", sa.SeqAttribWarning)
+        named = METHODS[method](model, X, [heads.profile(), heads.counts()])
+        written = METHODS[method](model, X, hand)
+    assert named.shape == (3, 2, 4, SHORT)
+    assert np.abs(written[:, 1]).max() > 0
+    _relative(named, written)
+
+
 def test_equal_heads_are_equal_and_different_heads_are_not():
     assert heads.profile() == heads.profile(0, convention="chrombpnet")
     assert hash(heads.tracks([1, 2], bins=slice(3, 5))) == hash(
@@ -297,7 +334,13 @@ def test_a_head_that_does_not_fit_a_keras_model_is_named_the_same(method):
         (lambda: heads.tracks(0, reduce="max"), ValueError, r"'reduce' .*\['sum', 'mean'\]"),
         (lambda: heads.tracks(0, transform="log2"), ValueError, r"'transform' .*'log1p'"),
         (lambda: heads.tracks(0, track_axis=0), ValueError, r"'track_axis'"),
-        (lambda: heads.tracks(0, bins=(1.5, 3)), TypeError, r"'bins' .*a boolean mask"),
+        (lambda: heads.tracks(0, bins=[1.5, 3]), TypeError, r"'bins' .*a boolean mask"),
+        (
+            lambda: heads.tracks(0, bins=(440, 456)),
+            TypeError,
+            r"'bins' .*a slice for a range of bins, or a list of bin indices\. Got \(440, 456\) "
+            r"instead\. Pass slice\(440, 456\) for a range, or \[440, 456\] for these bins",
+        ),
         (lambda: heads.tracks(0, bins=slice(0, 4, 0)), ValueError, r"'bins' .*slice of ints"),
         (lambda: heads.tracks([]), ValueError, r"'track' .*non-empty list"),
         (lambda: heads.tracks("DNASE:K562"), TypeError, r"'track' .*with track_names= given"),

@@ -165,6 +165,16 @@ def canonical_bins(bins: Any) -> tuple[Any, ...]:
         return ("slice", *(None if v is None else int(v) for v in ends))
     if _is_int(bins):
         return ("index", (int(bins),))
+    if isinstance(bins, tuple):  # (start, end) may mean a range or two bins: refused
+        raise parameter_error(
+            "seqattrib.heads.tracks",
+            "bins",
+            "a slice for a range of bins, or a list of bin indices",
+            bins,
+            f"Pass slice{bins} for a range, or {list(bins)} for these bins; map genome "
+            "coordinates to bins with heads.bins_for.",
+            error=TypeError,
+        )
     array = np.asarray(bins)
     if array.ndim == 1 and array.dtype == bool:
         return ("mask", tuple(bool(b) for b in array))
