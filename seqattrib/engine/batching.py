@@ -19,7 +19,11 @@ A job too small to finish the probe caches nothing final; it leaves its best siz
 the next job with the same key resumes the climb there instead of starting again at the bottom.
 On an accelerator the climb starts at ``ACCELERATOR_START`` rows: smaller batches only measure
 kernel-launch overhead there (measured on an H200: 32-row batches ran IG 5-20x slower per row
-than 2048-row ones on the BPNet- and CREsted-like benchmark models).
+than 2048-row ones on the BPNet- and CREsted-like benchmark models). On a CPU it starts at
+``CPU_START`` rows, fewer for long inputs: the first batch holds at most ``CPU_START_BYTES`` of
+input, one row of a 196,608-bp sequence. A 16-row batch of an Enformer-sized model at that
+length can need more memory than the host has, and a host that runs out of memory kills the
+process rather than raising an error the probe could back off from (an accelerator raises one).
 """
 
 from __future__ import annotations
@@ -36,12 +40,15 @@ _CACHE_BY_ID: dict[int, dict[Hashable, Any]] = {}
 #: at least ``1 - _GAIN`` faster per row than the best so far (one slow timing on a busy machine
 #: must not strand a job at a tiny size), past ``_MAX_BATCH_SECONDS``, or when the device runs
 #: out of memory; the best size measured is kept.
-_CANDIDATES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+_CANDIDATES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 _GAIN = 0.95
 _PATIENCE = 2
 _MAX_BATCH_SECONDS = 4.0
-#: First size tried on an accelerator (GPU/TPU); CPUs start at ``_CANDIDATES[0]``.
+#: First size tried on an accelerator (GPU/TPU) and on a CPU.
 ACCELERATOR_START = 256
+CPU_START = 16
+#: Input bytes (float32 rows) of the first batch on a CPU, at most; at least one row.
+CPU_START_BYTES = 4 * 2**20
 #: A job whose per-row time at its size stays this many times off the probe's probes again.
 REPROBE_FACTOR = 2.0
 #: Full batches (the median of their per-row times) that decide whether to probe again.
@@ -53,6 +60,14 @@ def _store(model: Any) -> dict[Hashable, Any]:
         return _CACHE.setdefault(model, {})
     except TypeError:
         return _CACHE_BY_ID.setdefault(id(model), {})
+
+
+def first_size(on_accelerator: bool, sequence_bytes: int) -> int:
+    """Rows of the first batch of a probe, for inputs of ``sequence_bytes`` each (float32)."""
+    if on_accelerator:
+        return ACCELERATOR_START
+    fits = max(1, CPU_START_BYTES // max(1, sequence_bytes))
+    return max(c for c in _CANDIDATES if c <= min(CPU_START, fits))
 
 
 def clear_cache() -> None:
@@ -102,7 +117,7 @@ class AutoBatchSizer:
         cached = self._store.get(key)
         resume = self._store.get(("unfinished", key))
         self._ceiling = len(_CANDIDATES) - 1  # index of the largest size still worth trying
-        start = _CANDIDATES[0] if first_size is None else first_size
+        start = CPU_START if first_size is None else first_size
         self._start = next(
             (i for i, c in enumerate(_CANDIDATES) if c >= start), len(_CANDIDATES) - 1
         )

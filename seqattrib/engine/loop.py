@@ -10,6 +10,7 @@ the sink, never by N (``blocks`` derives both from ``max_cpu_sequences``).
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Hashable
@@ -118,6 +119,7 @@ def run_rows(
     ``host_block`` finished sequences per copy to the host (see ``blocks``).
     """
     plan = RowPlan(source.n_sequences, kernel.rows_per_sequence)
+    sequence_bytes = 4 * math.prod(source.row_shape)
     sizer: FixedBatchSizer | AutoBatchSizer = (
         FixedBatchSizer(batch_size)
         if batch_size is not None
@@ -125,12 +127,13 @@ def run_rows(
             model,
             cache_key,
             plan.n_rows,
-            first_size=batching.ACCELERATOR_START if backend.on_accelerator() else None,
+            first_size=batching.first_size(backend.on_accelerator(), sequence_bytes),
             watch=not backend.on_accelerator(),  # batch times are exact without a sync there
         )
     )
     align = int(getattr(kernel, "row_alignment", 1))  # batches of whole groups of rows
-    window = _Window(kernel, source, backend, input_chunk(max_cpu_sequences, plan.mean_rows))
+    chunk = input_chunk(max_cpu_sequences, plan.mean_rows, sequence_bytes)
+    window = _Window(kernel, source, backend, chunk)
     progress = _progress(source.offset, source.n_sequences, verbose, description)
     carry: Payload | None = None
     done = _Finished(kernel, backend, sink, host_block, progress, source.offset)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..._errors import parameter_error
-from ...backends import Backend
+from ...backends import Backend, OutOfDeviceMemory
 from ...engine import SequenceSource
 from ...engine.outputs import Head
 from ..extras import ExtraInputs
@@ -96,8 +96,7 @@ class IsmKernel:
         else:
             if self.extras is not None:
                 extras = self.extras.chunk(be, first, len(x))
-            every = be.asarray(np.arange(len(x)), "int64")
-            reference = be.forward(self.model, x_device, self.head, self._rows(extras, every))
+            reference = self._reference(x_device, extras)
         return {
             **kept,
             **extras,
@@ -106,6 +105,24 @@ class IsmKernel:
             "position": be.asarray(start + columns // 4, "int64"),
             "base": be.asarray(columns % 4, "int64"),
         }
+
+    def _reference(self, x_device: Tensor, extras: dict[str, Tensor]) -> Tensor:
+        """The model's outputs on a chunk's sequences, in pieces halved while the device runs
+        out of memory (a chunk can hold more sequences than a batch)."""
+        be = self.backend
+        n = piece = len(x_device)
+        while True:
+            try:
+                parts = []
+                for lo in range(0, n, piece):
+                    rows = be.asarray(np.arange(lo, min(n, lo + piece)), "int64")
+                    x_rows, extra_rows = be.take(x_device, rows), self._rows(extras, rows)
+                    parts.append(be.forward(self.model, x_rows, self.head, extra_rows))
+                return be.concat(parts)
+            except OutOfDeviceMemory:
+                if piece == 1:
+                    raise
+                piece = (piece + 1) // 2
 
     def compute(
         self,
