@@ -204,3 +204,27 @@ def test_an_interval_outside_the_covered_bins_is_refused(start, end):
     with pytest.raises(ValueError, match=r"'start' parameter .*inside \[40960, 155648\)") as info:
         heads.bins_for(start, end, window_start=0, model="enformer")
     assert "\n" not in str(info.value)
+
+
+def test_a_reduction_on_enformer_pytorch_equals_the_hand_written_output_fn():
+    """enformer-pytorch's Enformer (small, random weights) returns {"human": (N, bins,
+    tracks)}; the head reads it by key."""
+    import torch
+    from transformer_models import ENFORMER_LENGTH, enformer_small
+
+    model = enformer_small()
+    rng = np.random.default_rng(5)
+    X = sa.one_hot(["".join(rng.choice(list("ACGT"), ENFORMER_LENGTH)) for _ in range(2)])
+    head = heads.tracks([1, 4], bins=slice(6, 10), transform="log1p", output="human")
+
+    def hand(out):
+        return torch.log1p(out["human"][:, 6:10, [1, 4]].sum(dim=(1, 2)))[:, None]
+
+    with torch.no_grad():
+        raw = model(torch.from_numpy(X))
+    assert_close(head(raw).numpy(), hand(raw).numpy(), CLOSED_FORM)
+    for method, kwargs in ((sa.saliency, {}), (sa.integrated_gradients, {"n_steps": 3})):
+        named = method(model, X, output_fn=head, batch_size=2, **kwargs)
+        written = method(model, X, output_fn=hand, batch_size=2, **kwargs)
+        assert np.abs(written).max() > 0
+        assert_close(named, written, CLOSED_FORM)
