@@ -157,3 +157,28 @@ def test_a_model_neither_reader_can_trace_names_the_line():
     assert message.count("in `if h.sum() > 0:` (test_fast_ism_export.py:") == 2
     exact = sa.ism(model, X, fast=False, target=[0, 1])
     np.testing.assert_array_equal(fast, exact)
+
+
+class InPlaceAfterBranch(nn.Module):
+    """A branch on the length (torch.fx cannot trace it) and an in-place activation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.conv = nn.Conv1d(4, 4, 5, padding=2)
+        self.act = nn.ReLU(inplace=True)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        if h.shape[-1] > 10:
+            h = self.act(h)
+        return self.head(h.mean(dim=2))
+
+
+def test_in_place_layers_read_from_export_are_refused_by_name():
+    model = InPlaceAfterBranch().eval()
+    X = models.random_one_hot(2, 30, seed=14, layout="NCL")
+    with pytest.warns(SeqAttribWarning, match=r"layer 'act' \(ReLU\) works in place"):
+        fast = sa.ism(model, X, fast=True, target=[0, 1])
+    np.testing.assert_array_equal(fast, sa.ism(model, X, fast=False, target=[0, 1]))
