@@ -375,3 +375,24 @@ def test_bad_head_settings_are_refused_in_one_line(build, error, match):
 def test_an_output_fn_that_is_not_a_head_or_callable_is_refused():
     with pytest.raises(TypeError, match=r"'output_fn' .*a named head .*or a list of them"):
         sa.saliency(_torch_single_output(), _sequences(2, SHORT, "NCL"), output_fn="counts")
+
+
+def test_an_equal_head_reuses_the_compiled_tensorflow_functions(monkeypatch):
+    """TensorFlow traces a head once per compiled function; a new but equal head finds the
+    functions compiled for the first (no new trace), a different one compiles its own."""
+    from seqattrib.heads.profile import Profile
+
+    calls = []
+    original = Profile.__call__
+    monkeypatch.setattr(
+        Profile, "__call__", lambda self, raw: calls.append(1) or original(self, raw)
+    )
+    model, X = keras_bpnet_like(), _sequences(2, SHORT, "NLC")
+    first = sa.saliency(model, X, output_fn=heads.profile(), batch_size=2)
+    traced = len(calls)
+    assert traced > 0
+    again = sa.saliency(model, X, output_fn=heads.profile(0, convention="chrombpnet"), batch_size=2)
+    assert len(calls) == traced
+    np.testing.assert_array_equal(again, first)
+    sa.saliency(model, X, output_fn=heads.profile(convention="bpnet-lite"), batch_size=2)
+    assert len(calls) > traced
