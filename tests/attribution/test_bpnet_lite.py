@@ -87,9 +87,14 @@ def test_profile_wrapper_equals_bpnet_lite():
     X, refs = _inputs()
     profile = bpnetlite_bpnet.ProfileWrapper(model)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the block is exact per element, not in sum
-        ours, _ = _ours(profile, X, refs)
+        warnings.simplefilter("error")  # the block's secants sum to the change of the sum
+        ours, delta = _ours(profile, X, refs)
     expected = _bpnet_lite(profile, X, refs)
+    with torch.no_grad():
+        f_x = profile(torch.from_numpy(X))[:, 0].numpy()
+        f_r = profile(torch.from_numpy(refs.reshape(-1, 4, 2114)))[:, 0].numpy()
+    spread = np.abs(f_x - f_r.reshape(len(X), -1).mean(1))
+    assert np.all(np.abs(delta) <= 1e-3 * spread + 1e-5)
     assert np.abs(expected).max() > 1e-3  # the profile head has contributions to compare
     assert_close(ours, expected, 1e-4)
     # the wrapper's module is run as itself again after the call

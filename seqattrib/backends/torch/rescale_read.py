@@ -185,13 +185,13 @@ class ModelReader(TorchFunctionMode):
         dependent: list[torch.Tensor],
         grad_enabled: bool,
     ) -> _Finding | None:
+        if grad_enabled and not any(t.requires_grad for t in dependent):
+            return None  # reads the input only through a tensor held constant: no gradient
         name, where = call.name, self.where()
         label = f"{name} ({where})"
         kind = rule_kind(call, args) if args and self._dependent_first(args) else "other"
         pair = (
-            None
-            if call.in_place
-            else pair_kind(name, args, kwargs, self._dependent, call.reflected)
+            None if call.in_place else pair_kind(name, args, kwargs, _requires_grad, call.reflected)
         )
         if pair is not None and kind == "other":
             kind = pair
@@ -221,12 +221,16 @@ class ModelReader(TorchFunctionMode):
             return _Finding("rescaled", label, None)
         if kind == "max":
             return _Finding("max_rule", label, None)
-        if name in _PRODUCTS and len(dependent) > 1:
+        if name in _PRODUCTS and sum(t.requires_grad for t in dependent) > 1:
             return _Finding("by_gradient", f"{name} of two input-dependent tensors ({where})", None)
         if name in _DIVISIONS and self._divides_by_dependent(call, args):
             return _Finding("by_gradient", f"division by an input-dependent tensor ({where})", None)
         if name == "where" and args and self._dependent(args[0]):
             return _Finding("by_gradient", f"where on an input-dependent condition ({where})", None)
+        if name == "detach" and grad_enabled:
+            return _Finding(
+                "by_gradient", f"an input-dependent tensor held constant (detach, {where})", None
+            )
         if name not in _LINEAR | _PRODUCTS | _DIVISIONS | _NO_GRADIENT:
             return _Finding("by_gradient", label, None)
         return None
@@ -239,7 +243,7 @@ class ModelReader(TorchFunctionMode):
         return (
             len(args) > position
             and isinstance(args[position], torch.Tensor)
-            and self._dependent(args[position])
+            and args[position].requires_grad
         )
 
     def report(self, out: torch.Tensor) -> RescaleReport:
@@ -264,6 +268,11 @@ class ModelReader(TorchFunctionMode):
             tuple(found["max_rule"]),
             tuple(dict.fromkeys(found["by_gradient"])),
         )
+
+
+def _requires_grad(t: torch.Tensor) -> bool:
+    """Whether a tensor depends on the input for the pair rules, as the two passes see it."""
+    return t.requires_grad
 
 
 def _refused(label: str, received: str, fix: str) -> _Finding:
