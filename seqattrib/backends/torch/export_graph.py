@@ -25,8 +25,27 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from ..local_graph import GraphUnsupported, LocalGraph, LocalNode, unread_outputs
 from . import aten_ops
-from .graph import _BATCH, _Bound, _fold_shapes, _Reader, _Tail
+from .graph import _BATCH, Untraceable, _Bound, _fold_shapes, _Reader, _Tail, torch_local_graph
 from .nodes import shape_of
+
+
+def torch_model_graph(
+    model: Any,
+    row_shape: tuple[int, int],
+    length_axis: int,
+    output_fn: Callable[[Any], Any] | None = None,
+) -> LocalGraph:
+    """The local prefix of ``model`` for inputs of shape ``(batch, *row_shape)``, read through
+    torch.fx, or from its torch.export graph where torch.fx cannot trace it.
+
+    Raises ``GraphUnsupported`` naming the layer (or the line of code) when neither can.
+    """
+    try:
+        return torch_local_graph(model, row_shape, length_axis, output_fn)
+    except Untraceable as exc:
+        failure = exc.error
+    # outside the handler: an export failure is not chained to the torch.fx one
+    return exported_local_graph(model, row_shape, length_axis, output_fn, failure)
 
 
 def exported_local_graph(

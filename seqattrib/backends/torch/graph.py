@@ -9,7 +9,8 @@ removed. Operations that act per position, through a sliding window, across alig
 tensors, or as a sum, mean or maximum over positions become ``LocalNode`` s
 (``local_ops``); the first operation on each path that is anything else ends the prefix, and
 everything from there on is copied into a tail ``GraphModule`` whose inputs are the cut nodes.
-A model that torch.fx cannot trace is read from its ``torch.export`` graph (``export_graph``).
+A model that torch.fx cannot trace raises ``Untraceable``; ``export_graph`` then reads its
+``torch.export`` graph.
 """
 
 from __future__ import annotations
@@ -62,15 +63,15 @@ def torch_local_graph(
             "its graph is read for Keras models on the TensorFlow backend only "
             "(this one runs on the torch backend)"
         )
-    failure: Exception | None = None
     try:
         traced = fx.symbolic_trace(_Bound(model))
-    except Exception as exc:  # noqa: BLE001 - torch.fx cannot trace it: try torch.export
-        failure = exc
-    if failure is not None:
-        from .export_graph import exported_local_graph
-
-        return exported_local_graph(model, row_shape, length_axis, output_fn, failure)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure means: no torch.fx graph
+        raise Untraceable(
+            f"torch.fx could not trace {type(model).__name__} ({type(exc).__name__}: "
+            f"{_first_line(exc)}); fast ISM reads models whose forward pass torch.fx can "
+            "trace with the input alone (no loops over tensors, no data-dependent branches)",
+            exc,
+        ) from exc
     (placeholder,) = [n for n in traced.graph.nodes if n.op == "placeholder"]
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     example = torch.zeros((2, *row_shape), device=device)
@@ -100,6 +101,19 @@ def _drop_unread_outputs(
         return
     kept = [None if k in unread else value for k, value in enumerate(returned)]
     node.args = (pytree.tree_unflatten(kept, returned_spec),)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+class Untraceable(GraphUnsupported):
+    """torch.fx could not trace the model (``error``); its ``torch.export`` graph may still be
+    read (``export_graph``)."""
+
+    def __init__(self, message: str, error: Exception) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class _Reader:

@@ -83,7 +83,8 @@ CPU_PASS_BYTES = 8 * 2**20
 
 
 class TorchWindowedForward:
-    """Windows of torch tensors and the torch.fx reader of a model's local prefix."""
+    """Windows of torch tensors and the torch.fx (or torch.export) reader of a model's local
+    prefix."""
 
     device: torch.device
     writes_in_place = True
@@ -98,9 +99,9 @@ class TorchWindowedForward:
         length_axis: int,
         output_fn: Callable[[Any], Any] | None = None,
     ) -> Any:
-        from .graph import torch_local_graph
+        from .export_graph import torch_model_graph
 
-        return torch_local_graph(model, row_shape, length_axis, output_fn)
+        return torch_model_graph(model, row_shape, length_axis, output_fn)
 
     def gather_windows(
         self, source: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, width: int, axis: int
