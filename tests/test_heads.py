@@ -70,10 +70,10 @@ def torch_chrombpnet_like():
 _KERAS: list = []
 
 
-def keras_bpnet_like():
+def keras_bpnet_like(fresh: bool = False):
     """Keras (TensorFlow): (batch, 40, 4) -> (profile (batch, 30, 2), counts (batch, 1)), the
-    layout of Keras BPNet models (strands last)."""
-    if not _KERAS:
+    layout of Keras BPNet models (strands last); one shared model unless ``fresh``."""
+    if not _KERAS or fresh:
         import keras
 
         keras.utils.set_random_seed(2)
@@ -82,7 +82,7 @@ def keras_bpnet_like():
         profile = keras.layers.Conv1D(2, 1, kernel_initializer=keras.initializers.RandomNormal(
             stddev=3.0))(h)  # fmt: skip
         counts = keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(h))
-        _KERAS.append(keras.Model(inputs, [profile, counts]))
+        _KERAS.insert(0, keras.Model(inputs, [profile, counts]))
     return _KERAS[0]
 
 
@@ -387,7 +387,7 @@ def test_an_equal_head_reuses_the_compiled_tensorflow_functions(monkeypatch):
     monkeypatch.setattr(
         Profile, "__call__", lambda self, raw: calls.append(1) or original(self, raw)
     )
-    model, X = keras_bpnet_like(), _sequences(2, SHORT, "NLC")
+    model, X = keras_bpnet_like(fresh=True), _sequences(2, SHORT, "NLC")
     first = sa.saliency(model, X, output_fn=heads.profile(), batch_size=2)
     traced = len(calls)
     assert traced > 0

@@ -62,9 +62,10 @@ class Backend(Protocol):
 
     name: str
     transfers: TransferStats
-    #: The operations named heads (``seqattrib.heads``) compute with: the backend's
-    #: ``head_ops`` module (the same functions in every backend).
-    head_ops: Any
+    @property
+    def head_ops(self) -> Any:
+        """The operations named heads (``seqattrib.heads``) compute with: the backend's
+        ``head_ops`` module (the same functions in every backend)."""
 
     def session(self, model: Any, device: Any) -> AbstractContextManager[Any]:
         """Eval mode on ``device`` for the duration; restores device, mode, grad flags after.
