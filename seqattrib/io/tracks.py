@@ -126,7 +126,10 @@ class TrackWriter:
 
     def _take(self, n: int) -> dict[str, np.ndarray]:
         names = list(self._pending[0])
-        joined = {name: np.concatenate([b[name] for b in self._pending]) for name in names}
+        if len(self._pending) == 1:  # the usual case: one host block, written as it is
+            joined = self._pending[0]
+        else:
+            joined = {name: np.concatenate([b[name] for b in self._pending]) for name in names}
         rest = {name: values[n:] for name, values in joined.items()}
         self._pending = [rest] if self._n_pending > n else []
         self._n_pending -= n
