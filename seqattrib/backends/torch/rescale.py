@@ -27,6 +27,7 @@ nonlinearity that runs with autograd off (inside a custom ``autograd.Function``)
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -466,6 +467,9 @@ class TorchRescaleGradients:
     """Rescale-rule multipliers of torch modules (also Keras 3 models on the torch backend)."""
 
     asarray: Callable[..., torch.Tensor]  # the backend's copy of a host array to the device
+    #: Models whose reading found calls the pair rules take: their inputs' pass runs with
+    #: autograd on, so that it sees which tensors depend on the input as the references' does.
+    _paired_models: weakref.WeakSet[Any]
 
     def rescale_layers(
         self, model: Any, x: torch.Tensor, head: Head, extras: Sequence[torch.Tensor] = ()
@@ -488,7 +492,14 @@ class TorchRescaleGradients:
                 "outside Python)",
                 "Pass the eager (Python) model.",
             )
-        return reader.report(out)
+        report = reader.report(out)
+        if not hasattr(self, "_paired_models"):
+            self._paired_models = weakref.WeakSet()
+        if reader.paired:
+            self._paired_models.add(model)
+        else:
+            self._paired_models.discard(model)
+        return report
 
     def rescale_gradients(
         self,
@@ -506,9 +517,10 @@ class TorchRescaleGradients:
         input_extras, reference_extras = extras
         try:
             recorder = _RecordInputs()
-            # with autograd on: which tensors depend on the input decides the pair rules
-            with blocks(model), torch.enable_grad(), recorder:
-                outputs = head(model(inputs.detach().requires_grad_(True), *input_extras))
+            # autograd on where the pair rules apply: it tells which tensors depend on the input
+            paired = model in getattr(self, "_paired_models", ())
+            with blocks(model), torch.set_grad_enabled(paired), recorder:
+                outputs = head(model(inputs.detach().requires_grad_(paired), *input_extras))
             input_outputs = outputs[:, selection].detach().float()
             del outputs
             refs = references.detach().requires_grad_(True)

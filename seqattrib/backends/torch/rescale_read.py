@@ -150,6 +150,7 @@ class ModelReader(TorchFunctionMode):
         self.where = where
         self.findings: list[_Finding] = []
         self.n_calls = 0  # input-dependent calls seen
+        self.paired = False  # calls the pair rules take (see ``rescale_pairs``)
         self._made: dict[int, torch.Tensor] = {}  # id -> tensor (kept alive: ids stay unique)
 
     def _dependent(self, t: torch.Tensor) -> bool:
@@ -194,7 +195,7 @@ class ModelReader(TorchFunctionMode):
             None if call.in_place else pair_kind(name, args, kwargs, _requires_grad, call.reflected)
         )
         if pair is not None and kind == "other":
-            kind = pair
+            kind, self.paired = pair, True
             label = _PAIR_LABELS[pair].format(name=name, where=where)
         nonlinear = kind != "other" or name not in _LINEAR | _PRODUCTS | _DIVISIONS
         if name in _SOFTMAX:
