@@ -62,6 +62,7 @@ class Backend(Protocol):
 
     name: str
     transfers: TransferStats
+
     @property
     def head_ops(self) -> Any:
         """The operations named heads (``seqattrib.heads``) compute with: the backend's
