@@ -309,3 +309,28 @@ def test_an_enformer_class_model_sums_to_delta():
     difference = np.abs(attributions.sum(axis=(2, 3)) + delta)
     assert np.median(difference) > 1e-2
     assert np.mean(np.abs(delta) <= 1e-3 * difference) >= 0.99
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_model_with_activation_checkpointing_gives_the_same_contributions(reentrant):
+    """The model's own checkpointing (torch.utils.checkpoint, as enformer-pytorch's
+    use_checkpointing does) runs as plain calls under the rules, and is back after."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(Construct):
+        def forward(self, x):
+            return checkpoint(super().forward, x, use_reentrant=reentrant)
+
+    torch.manual_seed(1)
+    plain = Construct("encoder_layer").eval()
+    checkpointed = Checkpointed("encoder_layer").eval()
+    checkpointed.load_state_dict(plain.state_dict())
+    X = random_one_hot(N, LENGTH, seed=1)
+    refs = dinucleotide_references(X, REFS, 0, "NLC")
+    expected, _ = _delta(plain, X, refs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's own advice on use_reentrant
+        got, delta = _delta(checkpointed, X, refs)
+    assert_close(got, expected, 1e-6)
+    assert np.abs(delta).max() <= 1e-5 * max(1.0, _spread(plain.double(), X, refs).max())
+    assert "apply" not in torch.utils.checkpoint.CheckpointFunction.__dict__

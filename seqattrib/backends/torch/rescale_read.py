@@ -309,7 +309,8 @@ def module_names(model: Any) -> Iterator[Callable[[], str]]:
 @contextmanager
 def blocks(model: Any) -> Iterator[None]:
     """The modules of ``BLOCK_MODULES`` run as rescale blocks for the duration (their
-    ``forward`` shadowed on the instance, removed after)."""
+    ``forward`` shadowed on the instance, removed after), and checkpointed parts of the model
+    as plain calls (``plain_checkpoints``)."""
     patched = []
     if isinstance(model, torch.nn.Module):
         for module in model.modules():
@@ -319,10 +320,34 @@ def blocks(model: Any) -> Iterator[None]:
                 module.forward = partial(rescale_block, module.forward)
                 patched.append(module)
     try:
-        yield
+        with plain_checkpoints():
+            yield
     finally:
         for module in patched:
             del module.forward
+
+
+def _plain_generator(*args: Any, **kwargs: Any) -> Iterator[None]:
+    yield
+
+
+@contextmanager
+def plain_checkpoints() -> Iterator[None]:
+    """``torch.utils.checkpoint`` runs the checkpointed function as a plain call for the
+    duration: the rules must see its operations with autograd on, and a recomputation in the
+    backward pass would run them outside the rules (the activations are then kept, as
+    without checkpointing)."""
+    import torch.utils.checkpoint as checkpointing
+
+    reentrant = checkpointing.CheckpointFunction
+    generator = checkpointing._checkpoint_without_reentrant_generator
+    reentrant.apply = staticmethod(lambda function, preserve, *args: function(*args))  # type: ignore[method-assign,assignment]
+    checkpointing._checkpoint_without_reentrant_generator = _plain_generator  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        del reentrant.apply
+        checkpointing._checkpoint_without_reentrant_generator = generator
 
 
 def refuse_hidden(model: Any) -> None:
