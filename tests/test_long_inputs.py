@@ -1,9 +1,11 @@
 """Long inputs: Enformer's 196,608 bp on the CPU, with host memory bounded by the sizes.
 
 The model is a few-channel conv net whose stem downsamples 128x to 1,536 bins, as Enformer's
-does (``transformer_models.LongInputNet``). Each measurement runs in a fresh interpreter that
-reads its own peak resident memory (``resource.getrusage``) before and after the run, after a
-warm-up on a short input (lazy imports, kernels, the HDF5 library), with X already in memory.
+does (``transformer_models.LongInputNet``). Each measurement runs in a fresh Linux process that
+reads its own peak resident memory over the run (``VmHWM`` of ``/proc/self/status``, reset
+through ``/proc/self/clear_refs`` just before: unlike ``getrusage``'s lifetime maximum, the
+making of X and the warm-up do not hide the run's peak), after a warm-up on a short input (lazy
+imports, kernels, the HDF5 library), with X already in memory.
 
 The bound, in bytes, with S = 16 L (one sequence as float32), R = K S (its tracks for K
 targets), A the measured peak of one bare forward and backward pass of the model at batch 1:
@@ -43,7 +45,7 @@ MiB = 2**20
 K = 2  # targets
 
 SCRIPT = r"""
-import json, resource, sys
+import json, sys
 import numpy as np, torch
 import seqattrib as sa, transformer_models as tm
 
@@ -58,7 +60,12 @@ short = X[:1, :, :4096]
 sa.saliency(model, short, output_fn=f, batch_size=1, out=out + ".warm1.h5")
 sa.expected_integrated_gradients(model, short, output_fn=f, baselines="random", n_baselines=2,
                                  n_steps=1, batch_size=1, out=out + ".warm2.h5")
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def status(field):
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith(field + ":"))
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # the high-water mark restarts from here: X's making and the warm-up are out
+before = status("VmRSS")
 run = dict(target=[0, 1], output_fn=f, batch_size=1, max_cpu_sequences=2, out=out)
 if mode == "bare":
     x = torch.from_numpy(X[:1]).requires_grad_(True)
@@ -67,7 +74,7 @@ elif mode == "saliency":
     sa.saliency(model, X, **run)
 else:
     sa.expected_integrated_gradients(model, X, baselines="random", n_baselines=4, n_steps=1, **run)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = status("VmHWM")
 print(json.dumps({"peak_bytes": (after - before) * 1024}))
 """
 
