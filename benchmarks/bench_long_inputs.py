@@ -3,7 +3,7 @@
 pass of the same model.
 
     python benchmarks/bench_long_inputs.py [--length 196608] [--long-length 524288] [--n 2]
-        [--channels 4] [--n-baselines 64] [--n-steps 3] [--repeats 1]
+        [--channels 4] [--n-baselines 64] [--n-steps 3]
 
 The model is the few-channel long-input net of the tests (``tests/transformer_models.py``: a
 15-wide conv stem, 128x pooling to 1,536 bins at 196,608 bp, a conv block and a softplus
