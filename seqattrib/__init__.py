@@ -23,6 +23,7 @@ from .attribution import (
 )
 from .backends import get_backend
 from .data_attribution import TRAK, TracIn
+from .experiments import ablate, marginalize, space, tile_shuffle
 from .io import decode, one_hot
 from .loader import load_model
 from .variants import variant_effects
@@ -33,6 +34,7 @@ __all__ = [
     "TRAK",
     "TracIn",
     "__version__",
+    "ablate",
     "decode",
     "deep_lift_shap",
     "dinucleotide_shuffle",
@@ -44,10 +46,13 @@ __all__ = [
     "load_model",
     "ism",
     "ism_to_hypothetical",
+    "marginalize",
     "one_hot",
     "project",
     "quadrature",
     "relative_standard_error",
     "saliency",
+    "space",
+    "tile_shuffle",
     "variant_effects",
 ]
