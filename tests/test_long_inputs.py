@@ -172,6 +172,7 @@ class _RefusesLargeBatches(torch.nn.Module):
         return self.inner(x)
 
 
+@pytest.mark.filterwarnings("ignore:fast ISM is not available")  # its reader ran out too
 @pytest.mark.parametrize("method", ["saliency", "integrated_gradients", "ism", "deep_lift_shap"])
 def test_the_probe_backs_off_when_the_device_runs_out_of_memory(method: str) -> None:
     from seqattrib.engine import batching
