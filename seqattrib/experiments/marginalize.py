@@ -66,8 +66,7 @@ class EditKernel:
         if self.bases is None:
             return {"x": self.backend.asarray(x)}
         nlc = self.bases(self.source.to_nlc(x), first)  # (n, n_bases, L, 4)
-        flat = nlc.reshape(-1, *nlc.shape[2:])
-        return {"x": self.backend.asarray(np.ascontiguousarray(self.source.from_nlc(flat)))}
+        return {"x": self.backend.asarray(np.ascontiguousarray(self.source.from_nlc(nlc)))}
 
     def compute(
         self,
@@ -79,7 +78,8 @@ class EditKernel:
     ) -> dict[str, Tensor]:
         be = self.backend
         base = local * self.n_bases + row_in_sequence // self.n_edits
-        rows = be.take(payload["x"], be.asarray(base, "int64"))
+        bases = be.reshape(payload["x"], (-1, *self.source.row_shape))
+        rows = be.take(bases, be.asarray(base, "int64"))
         if self._edited:
             edit = be.asarray(row_in_sequence % self.n_edits, "int64")
             mask = be.take(self._mask, edit)
