@@ -23,7 +23,7 @@ from .attribution import (
 )
 from .backends import get_backend
 from .data_attribution import TRAK, TracIn
-from .experiments import ablate, marginalize, space, tile_shuffle
+from .experiments import ablate, dependency_map, marginalize, space, tile_shuffle
 from .io import decode, one_hot
 from .loader import load_model
 from .variants import variant_effects
@@ -37,6 +37,7 @@ __all__ = [
     "ablate",
     "decode",
     "deep_lift_shap",
+    "dependency_map",
     "dinucleotide_shuffle",
     "expected_integrated_gradients",
     "explain",

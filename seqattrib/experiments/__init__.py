@@ -4,8 +4,9 @@ rows on the engine."""
 from __future__ import annotations
 
 from .ablate import ablate, tile_shuffle
+from .dependency import dependency_map
 from .edits import read_meme
 from .marginalize import marginalize
 from .space import space
 
-__all__ = ["ablate", "marginalize", "read_meme", "space", "tile_shuffle"]
+__all__ = ["ablate", "dependency_map", "marginalize", "read_meme", "space", "tile_shuffle"]

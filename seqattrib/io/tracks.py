@@ -454,7 +454,7 @@ def _resume(
     except OSError as exc:
         raise write_error(func, path, "reopening the file", exc, done) from exc
     try:
-        chunk = int(f["attributions"].chunks[0])
+        chunk = int(f["sequences"].chunks[0])  # every dataset of rows has this chunk
         f.swmr_mode = True
     except BaseException as exc:
         abandon(f)

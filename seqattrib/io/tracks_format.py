@@ -79,7 +79,9 @@ class TrackRegions:
 #: The way out of a damaged tracks file, in the message of every reader.
 DAMAGED_FIX = "Delete it and rerun the job that wrote it (or rerun it with overwrite=True)."
 #: Datasets every tracks file has (``row_hashes`` since format 2).
-_REQUIRED = ("attributions", "sequences")
+_REQUIRED = ("sequences",)
+#: The results of a tracks file: one of these (``dependency`` for ``dependency_map``).
+_RESULTS = ("attributions", "dependency", "predictions")
 
 
 class TracksFile:
@@ -202,12 +204,14 @@ def check_tracks(f: TracksFile, path: str, func: str, param: str) -> int:
         if not f.has_dataset(name):
             detail = f"it lacks the {name!r} dataset"
             raise damaged(func, param, path, detail, DAMAGED_FIX)
+    if not any(f.has_dataset(name) for name in _RESULTS):
+        raise damaged(func, param, path, "it lacks the 'attributions' dataset", DAMAGED_FIX)
     settings = f.json_attribute("settings")
     if not isinstance(settings, dict) or "targets" not in settings:
         detail = "its 'settings' attribute is not the settings of a run"
         raise damaged(func, param, path, detail, DAMAGED_FIX)
     done = f.attrs.get("n_completed")
-    names = ("attributions", "sequences", "delta", "row_hashes")
+    names = (*_RESULTS, "effects", "sequences", "delta", "row_hashes")
     rows = [len(f[name]) for name in names if name in f]
     if "regions" in f:
         rows += [len(f["regions"][key]) for key in ("chrom", "start", "end")]
