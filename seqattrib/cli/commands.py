@@ -16,7 +16,7 @@ from .._errors import parameter_error
 from .._optional import import_optional
 from ..loader import load_model, model_framework
 from ..shards import resolve_shard, shard_path
-from . import data_attribution
+from . import data_attribution, experiments
 from .sequences import load_sequences
 
 #: The image formats ``seqattrib plot`` writes, by file name suffix.
@@ -531,6 +531,8 @@ COMMANDS = {
     "explain": explain,
     "ism": ism,
     "variants": variants,
+    "marginalize": experiments.marginalize,
+    "space": experiments.space,
     "export": export,
     "plot": plot,
     "merge": merge,

@@ -69,6 +69,13 @@ FLAGS = {
     "lambda_reg": "--lambda-reg",
     "parameters": "--parameters",
     "learning_rates": "--learning-rates",
+    "backgrounds": "the sequences (--fasta, or --genome with --regions)",
+    "motif": "--motif",
+    "motifs": "--motifs",
+    "position": "--position",
+    "n_shuffles": "--n-shuffles",
+    "distances": "--distances",
+    "orientations": "--orientations",
 }
 #: Keyword spellings of the library's advice, and how they are typed on the command line.
 _IDIOMS = [

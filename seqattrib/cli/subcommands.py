@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .data_attribution import add_tracin, add_trak
+from .experiments import add_marginalize, add_space
 from .parser import (
     BATCH_SIZE,
     POSITIVE,
@@ -455,6 +456,8 @@ SUBCOMMANDS: dict[str, Callable[[Any], Parser]] = {
     "explain": explain,
     "ism": ism,
     "variants": variants,
+    "marginalize": add_marginalize,
+    "space": add_space,
     "export": export,
     "plot": plot,
     "merge": merge,

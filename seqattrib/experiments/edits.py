@@ -126,7 +126,7 @@ def check_start(start: Any, motif_length: int, length: int, func: str, param: st
             f"between 0 and {length - motif_length} (the backgrounds are {length} bp, the "
             f"motif {motif_length} bp)",
             start,
-            "Positions are 0-based starts of the motif; None centres it.",
+            "Positions are 0-based starts of the motif; by default it is centred.",
         )
     return int(start)
 
