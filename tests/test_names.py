@@ -426,6 +426,9 @@ AXIS_CALLS = {
     ),
     "deep_lift_shap": lambda m, X, **kw: sa.deep_lift_shap(m, X, n_baselines=2, **kw),
     "ism": lambda m, X, **kw: sa.ism(m, X, target=[0, 1], **kw),
+    "dependency_map": lambda m, X, **kw: sa.dependency_map(
+        m, X, target=[0, 1], positions=(2, 8), return_effects=True, **kw
+    ),
     "project": lambda m, X, **kw: sa.project(np.tile(X[:, None], (1, 2, 1, 1)) * 0.5, X, **kw),
     "ism_to_hypothetical": lambda m, X, **kw: sa.ism_to_hypothetical(
         sa.ism(m, X, target=[0, 1]), **kw
