@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -161,7 +161,7 @@ def _motif(name: str, motifs: dict[str, np.ndarray] | None) -> Any:
 def _run(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args.model, weights=args.weights)
     framework = model_framework(model)
-    layout = args.layout or ("NCL" if framework == "torch" else "NLC")
+    layout: Literal["NLC", "NCL"] = args.layout or ("NCL" if framework == "torch" else "NLC")
     X, _ = load_sequences(args, layout)
     shard = args.shard if args.shard is not None else resolve_shard(None)
     motifs = None
