@@ -429,6 +429,10 @@ AXIS_CALLS = {
     "dependency_map": lambda m, X, **kw: sa.dependency_map(
         m, X, target=[0, 1], positions=(2, 8), return_effects=True, **kw
     ),
+    "marginalize": lambda m, X, **kw: sa.marginalize(m, X, "ACG", target=[0, 1], **kw),
+    "space": lambda m, X, **kw: sa.space(m, X, ["AC", "GT"], distances=[0, 2], **kw),
+    "ablate": lambda m, X, **kw: sa.ablate(m, X, start=2, end=8, n_shuffles=2, **kw),
+    "tile_shuffle": lambda m, X, **kw: sa.tile_shuffle(m, X, window=6, n_shuffles=2, **kw),
     "project": lambda m, X, **kw: sa.project(np.tile(X[:, None], (1, 2, 1, 1)) * 0.5, X, **kw),
     "ism_to_hypothetical": lambda m, X, **kw: sa.ism_to_hypothetical(
         sa.ism(m, X, target=[0, 1]), **kw
