@@ -46,7 +46,7 @@ class EditKernel:
         head: Head,
         targets: Sequence[int],
         source: SequenceSource,
-        bases: Callable[[np.ndarray, int], np.ndarray] | None,
+        bases: Callable[[np.ndarray], np.ndarray] | None,
         n_bases: int,
         content: np.ndarray,
         mask: np.ndarray,
@@ -65,7 +65,7 @@ class EditKernel:
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
         if self.bases is None:
             return {"x": self.backend.asarray(x)}
-        nlc = self.bases(self.source.to_nlc(x), first)  # (n, n_bases, L, 4)
+        nlc = self.bases(self.source.to_nlc(x))  # (n, n_bases, L, 4)
         return {"x": self.backend.asarray(np.ascontiguousarray(self.source.from_nlc(nlc)))}
 
     def compute(
@@ -135,7 +135,7 @@ class EditMethod:
             head=context.head,
             targets=context.targets,
             source=context.source,
-            bases=None if bases is None else (lambda x, first: bases(x, seed)),
+            bases=None if bases is None else (lambda x: bases(x, seed)),
             n_bases=self.n_bases,
             content=np.stack([c for c, _ in placed]),
             mask=np.stack([m for _, m in placed]),
