@@ -158,7 +158,7 @@ def check_shuffles(n_shuffles: Any, func: str) -> int | None:
 
 
 def background_source(backgrounds: Any, alphabet_axis: int | None, func: str) -> SequenceSource:
-    """The backgrounds as the engine's source, refusing an empty set."""
+    """The backgrounds as the engine's source (refusing an empty set), errors naming them."""
     shape = getattr(backgrounds, "shape", None)
     if shape is not None and len(shape) == 3 and shape[0] == 0:
         raise parameter_error(
@@ -169,7 +169,11 @@ def background_source(backgrounds: Any, alphabet_axis: int | None, func: str) ->
             "Pass sequences, or shuffles of them with n_shuffles=.",
             described=True,
         )
-    return as_source(backgrounds, alphabet_axis, func)
+    try:
+        return as_source(backgrounds, alphabet_axis, func)
+    except (ValueError, TypeError) as exc:  # the shared checks call the sequences X
+        text = str(exc).replace("The 'X' parameter", "The 'backgrounds' parameter", 1)
+        raise type(exc)(text) from None
 
 
 def run_edits(method: EditMethod, model: Any, options: RunOptions) -> tuple[np.ndarray | str, bool]:

@@ -183,6 +183,7 @@ def test_func_runs_an_attribution_method_on_the_edited_backgrounds(model, X):
         (lambda m, X: sa.marginalize(m, X, GATA, position=194), r"'position' parameter .* 193"),
         (lambda m, X: sa.marginalize(m, X, GATA, position=-1), r"'position' parameter"),
         (lambda m, X: sa.marginalize(m, X[:0], GATA), r"'backgrounds' parameter .* at least one"),
+        (lambda m, X: sa.marginalize(m, X[0], GATA), r"'backgrounds' parameter .* 3-D"),
         (lambda m, X: sa.marginalize(m, X, "GATAXA"), r"'motif' parameter .* 'X'"),
         (lambda m, X: sa.marginalize(m, X, np.ones((3, 5))), r"'motif' parameter .* 4\)"),
         (lambda m, X: sa.marginalize(m, X, GATA, n_shuffles=0), r"'n_shuffles' parameter"),
