@@ -258,7 +258,8 @@ def marginalize(
     out : path, optional
         Stream the predictions into this HDF5 file (dataset ``predictions`` of shape
         (n_sequences, [K,] rows), rows ordered as ``before, after`` per shuffle) and return its
-        path; a rerun with the same settings resumes it.
+        path; a rerun with the same settings resumes it. With ``func``: ``func`` writes
+        ``OUT.before.h5`` and ``OUT.after.h5`` (OUT: the path without its suffix).
     [[overwrite]]
     [[shard]]
 
@@ -268,7 +269,8 @@ def marginalize(
         Shape (n_sequences,) for an int target, else (n_sequences, K); with ``n_shuffles``,
         (n_sequences, n_shuffles[, K]). With ``func``: what ``func`` returns for the
         backgrounds and for the edited backgrounds (the shuffles of a sequence one after
-        another). With ``out``: the file's path.
+        another), each made in memory. With ``out``: the file's path (with ``func``: the two
+        files' paths).
     """
     name = "marginalize"
     options = RunOptions.check(
@@ -326,10 +328,10 @@ def _with_func(
     name = "marginalize"
     if not callable(func):
         raise parameter_error(name, "func", "None or a callable", func, error=TypeError)
-    if options.out is not None or options.shard is not None:
+    if options.shard is not None:
         raise parameter_error(
-            name, "out", "None when func is given", options.out,
-            "Pass out= (and shard=) to func through func_kwargs.",
+            name, "shard", "None when func is given", options.shard,
+            "Split the backgrounds yourself and call marginalize on each part.",
         )  # fmt: skip
     nlc = source.to_nlc(source.read(0, source.n_sequences))
     if shuffles is not None:
@@ -346,4 +348,11 @@ def _with_func(
     )
     kwargs.update(func_kwargs or {})
     layout = source.from_nlc
-    return func(model, layout(nlc), **kwargs), func(model, layout(edited), **kwargs)
+    if options.out is None:
+        return func(model, layout(nlc), **kwargs), func(model, layout(edited), **kwargs)
+    root, suffix = os.path.splitext(options.out)
+    return tuple(
+        func(model, layout(rows), out=f"{root}.{which}{suffix or '.h5'}",
+             overwrite=options.overwrite, **kwargs)
+        for which, rows in (("before", nlc), ("after", edited))
+    )  # fmt: skip

@@ -15,6 +15,7 @@ import seqattrib as sa
 from seqattrib import demo
 from seqattrib.attribution.baselines import dinucleotide_shuffle, sequence_rng
 from seqattrib.experiments import edits, read_meme
+from seqattrib.io import read_tracks
 
 GATA, EBOX, CTCF = "CTTATCT", "CACCTG", "CCACCAGGGGGC"  # JASPAR consensus of the demo motifs
 
@@ -174,6 +175,16 @@ def test_func_runs_an_attribution_method_on_the_edited_backgrounds(model, X):
     edited = substitute(torch.from_numpy(X[:4]), GATA, start=90).numpy().astype(np.float32)
     assert_close(before, sa.integrated_gradients(model, X[:4], n_steps=4), CLOSED_FORM)
     assert_close(after, sa.integrated_gradients(model, edited, n_steps=4), CLOSED_FORM)
+
+
+def test_func_writes_two_files_with_out(model, X, tmp_path):
+    paths = sa.marginalize(model, X[:4], GATA, position=90, func=sa.saliency, target=[0, 2],
+                           out=tmp_path / "gata.h5")  # fmt: skip
+    assert paths == (str(tmp_path / "gata.before.h5"), str(tmp_path / "gata.after.h5"))
+    edited = substitute(torch.from_numpy(X[:4]), GATA, start=90).numpy().astype(np.float32)
+    for path, rows in zip(paths, (X[:4], edited), strict=True):
+        want = sa.saliency(model, rows, target=[0, 2])
+        assert_close(read_tracks(path).attributions, want, CLOSED_FORM)
 
 
 @pytest.mark.parametrize(
