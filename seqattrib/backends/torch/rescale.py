@@ -141,6 +141,33 @@ class _Pairs:
 _EXACT = frozenset("relu relu6 hardtanh clamp clip clamp_min clamp_max".split())
 
 
+def _float64(value: Any) -> Any:
+    floating = isinstance(value, torch.Tensor) and value.is_floating_point()
+    return value.double() if floating else value
+
+
+def _secant64(
+    func: Callable[..., Any],
+    z: torch.Tensor,
+    z_x: torch.Tensor,
+    pairs: _Pairs,
+    rest: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The secant (f(z) - f(z_x)) / (z - z_x) of a smooth function, evaluated in float64 from
+    the float32 (or lower) activations, and z - z_x: in float32, f(z) - f(z_x) loses the digits
+    that the division by a small z - z_x then magnifies, so that the result moved with the
+    rounding of z (a sequence's contributions changed with the batch it was in)."""
+    rest = tuple(_float64(a) for a in rest)
+    kwargs = {k: _float64(v) for k, v in kwargs.items()}
+    with torch.no_grad():
+        z64, x64 = z.double(), z_x.double()
+        dz = pairs.difference(z64, x64, torch.empty_like(z64))
+        y64, yx64 = func(z64, *rest, **kwargs), func(x64, *rest, **kwargs)
+        secant = pairs.difference(y64, yx64, y64).div_(dz)
+    return secant.to(z.dtype), dz
+
+
 def _slopes(func: Callable[..., Any], z: torch.Tensor, rest: tuple[Any, ...], kwargs: Any) -> Any:
     """The gradient of the elementwise ``func`` at ``z``."""
     with torch.enable_grad():
@@ -180,16 +207,19 @@ class _Rescale(torch.autograd.Function):
         z, y = ctx.saved_tensors
         record, pairs, func, rest, kwargs = ctx.rule
         if multiplier is None:
-            secant, dz = pairs.scratch(z)
-            if pairs.keep_multipliers:
-                secant, dz = torch.empty_like(z), torch.empty_like(z)
-            pairs.difference(z, record.z, dz)
-            pairs.difference(y, record.y, secant)
-            secant.div_(dz)
             # On a CPU, reading whether any position needs the gradient costs nothing and
             # spares most layers its pass; on an accelerator it would wait for the device:
             # there the gradient is taken everywhere and kept where needed.
             on_cpu = z.device.type == "cpu"
+            if record.name in _EXACT or z.dtype == torch.float64:
+                secant, dz = pairs.scratch(z)
+                if pairs.keep_multipliers:
+                    secant, dz = torch.empty_like(z), torch.empty_like(z)
+                pairs.difference(z, record.z, dz)
+                pairs.difference(y, record.y, secant)
+                secant.div_(dz)
+            else:
+                secant, dz = _secant64(func, z, record.z, pairs, rest, kwargs)
             if record.name in _EXACT:
                 nan = not on_cpu or bool(torch.isnan(secant.sum()))
                 fix = torch.isnan(secant) if nan else None
