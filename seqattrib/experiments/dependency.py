@@ -172,7 +172,7 @@ class DependencyMethod:
 
     def row_shapes(self, n_targets: int) -> dict[str, tuple[int, ...]]:
         p = self.window[1] - self.window[0]
-        shapes = {"dependency": (n_targets, p, p)}
+        shapes: dict[str, tuple[int, ...]] = {"dependency": (n_targets, p, p)}
         if self.effects:
             shapes["effects"] = (n_targets, p, 4, p, 4)
         return shapes
