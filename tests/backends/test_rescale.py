@@ -214,9 +214,13 @@ def test_keras_finds_activations_layers_and_operations():
     h = keras.layers.LayerNormalization()(h)
     out = keras.layers.Dense(2)(keras.layers.GlobalMaxPooling1D()(h))
     report = _report(keras.Model(inputs, out), random_one_hot(2, L))
-    assert [r.split(" ")[0] for r in report.rescaled] == ["gelu", "silu", "Relu", "Elu"]
+    rescaled = [r.split(" ")[0] for r in report.rescaled]
+    assert rescaled[:4] == ["gelu", "silu", "Relu", "Elu"]
     assert [r.split(" ")[0] for r in report.max_rule] == ["MaxPool", "Max"]
-    assert any("layer_normalization" in r for r in report.by_gradient)
+    # layer normalisation: the operations it emits, each under its rule
+    assert rescaled[4:] == ["SquaredDifference", "Rsqrt", "Mul", "Mul"]
+    assert all("layer_normalization" in r for r in report.rescaled[4:])
+    assert report.by_gradient == ()
 
 
 def test_a_softmax_before_the_outputs_takes_the_softmax_rule_in_torch():
@@ -240,13 +244,21 @@ def test_a_softmax_before_the_outputs_takes_the_softmax_rule_in_torch():
         _report(Probabilities(random=True), X)
 
 
-def test_a_softmax_before_the_outputs_is_refused_in_tensorflow():
-    X = random_one_hot(2, L)
+def test_a_softmax_before_the_outputs_takes_the_softmax_rule_in_tensorflow():
+    X = random_one_hot(2, L, seed=11)
+    refs = random_one_hot(3, L, seed=12)
     inputs = keras.Input((L, 4))
     dense = keras.layers.Dense(3, activation="softmax")
     model = keras.Model(inputs, dense(keras.layers.Flatten()(inputs)))
-    with pytest.raises(RescaleUnsupported, match=r"(?i)softmax.*logits"):
-        _report(model, X)
+    report = _report(model, X)
+    assert [r.split(" ")[0] for r in report.rescaled] == ["Softmax"]
+    assert "under the softmax rule" in report.rescaled[0]
+    assert not report.by_gradient
+    index = [0, 1, 1]
+    out_x, out_r, m = _rescale(model, X, refs, index, targets=(0, 1, 2))
+    for r, i in enumerate(index):  # summation to delta, every output
+        summed = np.einsum("klc,lc->k", m[r], X[i] - refs[r])
+        assert_close(summed, out_x[i] - out_r[r], 1e-5)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -6,18 +6,22 @@ with (``index``). The model runs in a ``tf.function`` whose backward pass uses `
 which (unlike ``GradientTape``) honours the graph's gradient overrides, so the rules reach every
 TensorFlow operation the model makes, inside custom layers and ``Lambda`` layers too:
 
-- elementwise activation operations (``Relu``, ``Elu``, ``Sigmoid``, ``Tanh``, ``Softplus``,
-  ...) take the rescale rule through a gradient override;
+- elementwise operations (``Relu``, ``Elu``, ``Sigmoid``, ``Tanh``, ``Softplus``, ``Exp``,
+  ``Log``, ``Rsqrt``, ``Square``, ...) take the rescale rule through a gradient override;
 - ``MaxPool`` and ``Max`` (max pooling, global max pooling) take DeepLIFT's max rule;
+- softmax, products of two input-dependent tensors (attention), the square of a difference
+  (variances), division by an input-dependent tensor: the rules of ``rescale_pairs``, so that
+  Keras's ``MultiHeadAttention``, ``LayerNormalization``, ``GroupNormalization``,
+  ``UnitNormalization`` and ``RMSNormalization`` are covered by the operations they emit;
 - a Keras layer's activation (``Conv1D(..., activation="gelu")``, ``Activation("silu")``)
   is rescaled as one elementwise function, also where TensorFlow writes it as several
   operations (GELU, SiLU): while a call runs, each such layer's ``activation`` attribute is
   wrapped, and the original is put back when the call returns or raises.
 
 ``rescale_layers`` traces the model once and reads the operations between the input and the
-outputs: a softmax, a nested ``tf.function`` (whose inside the overrides cannot reach) and a
-nonlinearity on a batch axis other than 0 are refused; other input-dependent operations that
-are not linear (layer normalisation, products of two activations) are listed.
+outputs: a nested ``tf.function`` (whose inside the overrides cannot reach) and a rule on a
+batch axis other than 0 are refused; other input-dependent operations that are not linear (a
+product of three activations, a tensor held constant) are listed.
 """
 
 from __future__ import annotations
@@ -34,10 +38,26 @@ from tensorflow.python.framework import ops as tf_ops
 
 from ..protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
 from .parameters import call_model, is_keras
+from .rescale_pairs import (
+    DIVISION_OPS,
+    LABELS,
+    NO_GRADIENT_OPS,
+    PAIR_OPS,
+    PRODUCT_OPS,
+    Dependence,
+    division_gradient,
+    midpoint_gradient,
+    pair_rule,
+    paired_operands,
+    softmax_gradient,
+)
 
-_RESCALE_OPS = frozenset("Relu Relu6 Elu Selu LeakyRelu Sigmoid Tanh Softplus Softsign Exp".split())
+_RESCALE_OPS = frozenset(
+    """Relu Relu6 Elu Selu LeakyRelu Sigmoid Tanh Softplus Softsign Exp Expm1 Log Log1p Sqrt
+    Rsqrt Square Reciprocal Inv Erf Erfc Abs""".split()
+)
 _MAX_OPS = frozenset(["MaxPool", "Max"])
-_SOFTMAX_OPS = frozenset(["Softmax", "LogSoftmax"])
+_HELD_OPS = frozenset(["StopGradient", "PreventGradient"])
 _CALL_OPS = frozenset(["PartitionedCall", "StatefulPartitionedCall"])
 #: Linear in every input-dependent input (or the identity at inference).
 _LINEAR_OPS = frozenset(
@@ -48,30 +68,27 @@ _LINEAR_OPS = frozenset(
     PreventGradient ZerosLike OnesLike Shape ShapeN Size Rank Fill NoOp Placeholder Const
     ReadVariableOp""".split()
 )
-_PRODUCT_OPS = frozenset("Mul MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 Einsum".split())
-_DIVISION_OPS = frozenset("RealDiv Div DivNoNan".split())
-#: Outputs that carry no gradient (shapes, comparisons, indices).
-_NO_GRADIENT_OPS = frozenset(
-    """Shape ShapeN Size Rank Equal NotEqual Greater GreaterEqual Less LessEqual ArgMax ArgMin
-    LogicalAnd LogicalOr LogicalNot IsNan IsFinite Sign Round Floor Ceil""".split()
-)
 
 _SCOPE = "seqattrib_rescale"
-_OVERRIDES = {op: "SeqAttribRescale" for op in _RESCALE_OPS} | {
-    op: "SeqAttribMaxRule" for op in _MAX_OPS
-}
+_OVERRIDES = (
+    {op: "SeqAttribRescale" for op in _RESCALE_OPS}
+    | {op: "SeqAttribMaxRule" for op in _MAX_OPS}
+    | {op: "SeqAttribPairRule" for op in PAIR_OPS}
+)
 
 
 # --------------------------------------------------------------------------- the pairing
 @dataclass
 class _Pairing:
     """While a rescale function is traced: the number of input rows at the top of the batch,
-    the input row of each reference row, and the activations the wrappers rescaled."""
+    the input row of each reference row, the activations the wrappers rescaled, and which
+    tensors depend on the batch."""
 
     n: Any  # scalar int32 tensor
     index: Any  # (R,) int32 tensor
     wrapped: list[str] = field(default_factory=list)
     differentiated: set[str] = field(default_factory=set)  # names of overridden operations
+    dependence: Dependence | None = None
 
 
 _local = threading.local()
@@ -173,8 +190,38 @@ def _max_gradient(op: Any, grad: tf.Tensor) -> list[Any]:
     return [_with_input_rows(z, routed, pairing)] + [None] * (len(op.inputs) - 1)
 
 
+def _pair_gradient(op: Any, grad: tf.Tensor) -> Any:
+    """The rules of ``rescale_pairs`` where ``op`` takes one, else the operation's gradient."""
+    pairing = _pairing()
+    assert pairing is not None, "the pair-rule override is only used while a pairing is active"
+    assert pairing.dependence is not None, "the batch is set before the model runs"
+    pairing.differentiated.add(op.name)
+    dependence = pairing.dependence
+    rule = pair_rule(op, dependence)
+    if rule is None:
+        return tf_ops._gradient_registry.lookup(op.type)(op, grad)
+    if rule == "rescale":
+        return _rescale_gradient(op, grad)
+
+    def split(t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return _split(t, pairing)
+
+    def pad(t: tf.Tensor, reference_rows: tf.Tensor) -> tf.Tensor:
+        return _with_input_rows(t, reference_rows, pairing)
+
+    if rule == "softmax":
+        return softmax_gradient(op, grad, split, pad, pairing.n, log=op.type == "LogSoftmax")
+    if rule == "division":
+        return division_gradient(op, grad, dependence, split, pad, pairing.n)
+    return midpoint_gradient(op, grad, dependence, split, pad, pairing.n)
+
+
 def _register() -> None:
-    for name, fn in (("SeqAttribRescale", _rescale_gradient), ("SeqAttribMaxRule", _max_gradient)):
+    for name, fn in (
+        ("SeqAttribRescale", _rescale_gradient),
+        ("SeqAttribMaxRule", _max_gradient),
+        ("SeqAttribPairRule", _pair_gradient),
+    ):
         try:
             tf.RegisterGradient(name)(fn)
         except KeyError:  # registered by an earlier import of this module
@@ -266,11 +313,6 @@ def _wrapped_activations(model: Any) -> Iterator[None]:
 
 # --------------------------------------------------------------------------- reading a model
 _PROBE_ROWS = 3  # one input and two references: an odd batch, so that another axis shows
-_SOFTMAX_FIX = (
-    "DeepLIFT's rules do not cover a softmax: explain the logits instead, with a model that "
-    "returns the values before the softmax (e.g. the last Dense layer with activation=None; "
-    "output_fn can pick or reduce them)."
-)
 
 
 def _ancestors(tensor: tf.Tensor) -> set[Any]:
@@ -288,64 +330,87 @@ def _ancestors(tensor: tf.Tensor) -> set[Any]:
     return seen
 
 
-def _read_graph(
-    graph: Any, placeholder: tf.Tensor, out: tf.Tensor, pairing: _Pairing
-) -> RescaleReport:
-    """Classify the input-dependent operations of the forward pass from ``placeholder`` to
-    ``out`` (a graph traced with the overrides, and differentiated once)."""
+def _read_graph(graph: Any, out: tf.Tensor, pairing: _Pairing) -> RescaleReport:
+    """Classify the input-dependent operations of the forward pass to ``out`` (a graph traced
+    with the overrides, and differentiated once)."""
+    assert pairing.dependence is not None, "the batch is set before the model runs"
+    dependence = pairing.dependence
     forward = _ancestors(out)
-    dependent = {placeholder.ref()}
     rescaled: list[str] = list(dict.fromkeys(pairing.wrapped))
     max_rule: list[str] = []
     by_gradient: list[str] = []
     for op in graph.get_operations():
-        if op not in forward:
+        if op not in forward or op.type in NO_GRADIENT_OPS:
             continue
-        reads = [t for t in op.inputs if t.ref() in dependent]
-        if not reads or op.type in _NO_GRADIENT_OPS:
-            continue
-        for t in op.outputs:
-            dependent.add(t.ref())
-        if not any(t.dtype.is_floating for t in op.outputs) or _SCOPE in op.name.split("/"):
-            continue  # no values, or inside a wrapped activation
+        carried = [t for t in op.inputs if dependence.gradient(t)]
+        if not carried or not any(t.dtype.is_floating for t in op.outputs):
+            continue  # reads the input only through a tensor held constant, or no values
+        if _SCOPE in op.name.split("/"):
+            continue  # inside a wrapped activation
         label = f"{op.type} ('{op.name}')"
-        if op.type in _SOFTMAX_OPS:
-            raise RescaleUnsupported(
-                f"a model that applies {label} on the way to its outputs", _SOFTMAX_FIX
-            )
         if op.type in _CALL_OPS:
             raise RescaleUnsupported(
                 f"a model that calls a compiled function ({label}, e.g. a layer decorated "
                 "with tf.function), whose nonlinearities are out of the rules' reach",
                 "Call that code without tf.function.",
             )
-        if op.type in _RESCALE_OPS or op.type in _MAX_OPS:
-            rows = op.inputs[0].shape[0] if op.inputs[0].shape.rank else None
-            if rows != _PROBE_ROWS:
-                raise RescaleUnsupported(
-                    f"a model whose {label} receives a tensor of shape {op.inputs[0].shape} "
-                    f"for a batch of {_PROBE_ROWS} rows",
-                    "The rules pair rows on axis 0: apply nonlinearities before moving or "
-                    "merging the batch axis.",
+        rule = _rule(op, dependence)
+        if rule is not None:
+            operands = [op.inputs[0]] if rule == "max" else paired_operands(op, rule, dependence)
+            _check_rows(label, [*operands, op.outputs[0]])
+            _check_differentiated(label, op, pairing)
+            if rule == "max":
+                max_rule.append(label)
+            else:
+                rescaled.append(LABELS[rule].format(type=op.type, name=op.name))
+        elif op.type in _HELD_OPS:
+            readers = [c for c in op.outputs[0].consumers() if c in forward]
+            if not all(c.type == "SquaredDifference" for c in readers):  # tf.nn.moments' mean
+                by_gradient.append(f"an input-dependent tensor held constant ({label})")
+        elif op.type in PRODUCT_OPS:
+            if len(carried) > 1:
+                by_gradient.append(
+                    f"{op.type} of {len(carried)} input-dependent tensors ('{op.name}')"
                 )
-            if op.name not in pairing.differentiated:
-                raise RescaleUnsupported(
-                    f"a model whose {label} lies inside a custom gradient (a "
-                    "tf.custom_gradient function, or a TensorFlow function written with one "
-                    "such as tf.nn.silu), which replaces the rules with its own gradient",
-                    "Use the Keras activation (activation='silu' on the layer, or "
-                    "keras.layers.Activation), which the rules rescale as a whole.",
-                )
-            (rescaled if op.type in _RESCALE_OPS else max_rule).append(label)
-        elif op.type in _PRODUCT_OPS:
-            if len(reads) > 1:
-                by_gradient.append(f"{op.type} of two input-dependent tensors ('{op.name}')")
-        elif op.type in _DIVISION_OPS:
-            if len(op.inputs) > 1 and op.inputs[1].ref() in dependent:
+        elif op.type == "DivNoNan":
+            if dependence.gradient(op.inputs[1]):
                 by_gradient.append(f"division by an input-dependent tensor ('{op.name}')")
-        elif op.type not in _LINEAR_OPS:
+        elif op.type not in _LINEAR_OPS and op.type not in DIVISION_OPS:
             by_gradient.append(label)
     return RescaleReport(tuple(rescaled), tuple(max_rule), tuple(dict.fromkeys(by_gradient)))
+
+
+def _rule(op: Any, dependence: Dependence) -> str | None:
+    if op.type in _RESCALE_OPS:
+        return "rescale"
+    if op.type in _MAX_OPS:
+        return "max"
+    return pair_rule(op, dependence) if op.type in PAIR_OPS else None
+
+
+def _check_rows(label: str, tensors: Sequence[tf.Tensor]) -> None:
+    """Refuse a rule whose operands or result do not hold the batch's rows on axis 0."""
+    for t in tensors:
+        rows = t.shape[0] if t.shape.rank else None
+        if rows != _PROBE_ROWS:
+            raise RescaleUnsupported(
+                f"a model whose {label} receives or makes a tensor of shape {t.shape} for a "
+                f"batch of {_PROBE_ROWS} rows",
+                "The rules pair rows on axis 0: apply nonlinearities before moving or "
+                "merging the batch axis.",
+            )
+
+
+def _check_differentiated(label: str, op: Any, pairing: _Pairing) -> None:
+    """Refuse a rule that the overrides did not reach."""
+    if op.name not in pairing.differentiated:
+        raise RescaleUnsupported(
+            f"a model whose {label} lies inside a custom gradient (a "
+            "tf.custom_gradient function, or a TensorFlow function written with one "
+            "such as tf.nn.silu), which replaces the rules with its own gradient",
+            "Use the Keras activation (activation='silu' on the layer, or "
+            "keras.layers.Activation), which the rules rescale as a whole.",
+        )
 
 
 def _paired_pass(
@@ -359,6 +424,7 @@ def _paired_pass(
     """The batch [inputs; references] and the model's (batch, K) outputs, with the rules
     (``extras``: the model's other inputs for the inputs' rows and for the references')."""
     batch = tf.concat([inputs, references], axis=0)
+    pairing.dependence = Dependence(batch)
     more = [tf.concat([a, b], axis=0) for a, b in zip(*extras, strict=True)]
     graph = tf.compat.v1.get_default_graph()
     with graph.gradient_override_map(_OVERRIDES):
@@ -383,14 +449,14 @@ class TensorFlowRescaleGradients:
             with _paired(pairing):
                 batch, out = _paired_pass(model, head, inputs, references, pairing, (more, tiled))
                 tf.gradients(tf.reduce_sum(out[1:]), batch)
-            found.update(pairing=pairing, batch=batch, out=out)
+            found.update(pairing=pairing, out=out)
             return out
 
         spec = tf.TensorSpec((1, *x.shape[1:]), x.dtype)
         refs = tf.TensorSpec((_PROBE_ROWS - 1, *x.shape[1:]), x.dtype)
         with _wrapped_activations(model):
             traced = tf.function(probe).get_concrete_function(spec, refs)
-        return _read_graph(traced.graph, found["batch"], found["out"], found["pairing"])
+        return _read_graph(traced.graph, found["out"], found["pairing"])
 
     def rescale_gradients(
         self,
