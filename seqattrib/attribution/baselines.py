@@ -83,7 +83,8 @@ def dinucleotide_shuffle(
     n_tokens = len(columns)
     successors = [np.flatnonzero(tokens[:-1] == t) + 1 for t in range(n_tokens)]
     width = max(len(s) for s in successors)
-    table = np.zeros((n_shuffles, n_tokens, width), dtype=np.int64)
+    # the letter that the k-th visit of letter t leads to, per shuffle
+    table = np.zeros((n_shuffles, n_tokens, width), dtype=np.int32)
     for t, nxt in enumerate(successors):
         m = len(nxt)
         if m == 0:
@@ -91,15 +92,19 @@ def dinucleotide_shuffle(
         order = np.tile(np.arange(m), (n_shuffles, 1))
         if m > 2:
             order[:, :-1] = rng.permuted(order[:, :-1], axis=1)
-        table[:, t, :m] = nxt[order]
-    walk = np.empty((n_shuffles, length), dtype=np.int64)
-    walk[:, 0] = tokens[0]
-    used = np.zeros((n_shuffles, n_tokens), dtype=np.int64)
-    rows = np.arange(n_shuffles)
-    for pos in range(1, length):
-        prev = walk[:, pos - 1]
-        walk[:, pos] = tokens[table[rows, prev, used[rows, prev]]]
-        used[rows, prev] += 1
+        table[:, t, :m] = tokens[nxt[order]]
+    walk = np.empty((n_shuffles, length), dtype=np.int32)
+    for s in range(n_shuffles):  # plain Python: the walk is sequential, one step per position
+        following = [row.tolist() for row in table[s]]
+        visits = [0] * n_tokens
+        letter = int(tokens[0])
+        path = [letter]
+        for _ in range(length - 1):
+            k = visits[letter]
+            visits[letter] = k + 1
+            letter = following[letter][k]
+            path.append(letter)
+        walk[s] = path
     return columns[walk].astype(np.float32)
 
 
