@@ -157,28 +157,40 @@ def test_the_probe_starts_long_inputs_at_one_row_on_a_cpu() -> None:
 
 
 # ------------------------------------------------------------------------ out of memory
+#: What torch raises when an allocation fails: on a GPU, and on the host (a plain RuntimeError).
+_OUT_OF_MEMORY = {
+    "device": lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+    "host": lambda: RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 21474836480 bytes. Error code 12 (Cannot allocate memory)"
+    ),
+}
+
+
 class _RefusesLargeBatches(torch.nn.Module):
     """A model that raises torch's out-of-memory error above 2 rows, as a device would."""
 
-    def __init__(self) -> None:
+    def __init__(self, where: str = "device") -> None:
         super().__init__()
         self.inner = tm.long_input_net(0, channels=3)
         self.sizes: list[int] = []
+        self.error = _OUT_OF_MEMORY[where]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.sizes.append(len(x))
         if len(x) > 2:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+            raise self.error()
         return self.inner(x)
 
 
 @pytest.mark.filterwarnings("ignore:fast ISM is not available")  # its reader ran out too
 @pytest.mark.parametrize("method", ["saliency", "integrated_gradients", "ism", "deep_lift_shap"])
-def test_the_probe_backs_off_when_the_device_runs_out_of_memory(method: str) -> None:
+@pytest.mark.parametrize("where", list(_OUT_OF_MEMORY))
+def test_the_probe_backs_off_when_the_device_runs_out_of_memory(method: str, where: str) -> None:
     from seqattrib.engine import batching
 
     batching.clear_cache()
-    model = _RefusesLargeBatches()
+    model = _RefusesLargeBatches(where)
     X = random_one_hot(3, 4096, seed=3, layout="NCL")
     f = tm.central_bins(4096 // tm.LONG_POOL, 8)
     kwargs = {

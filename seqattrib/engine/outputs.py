@@ -131,7 +131,7 @@ class Head:
         except OutputShapeError:
             raise  # a named head that does not fit the outputs: its message names them
         except Exception as exc:
-            if type(exc).__name__ in _OUT_OF_MEMORY:
+            if type(exc).__name__ in _OUT_OF_MEMORY or _HOST_OUT_OF_MEMORY in str(exc):
                 raise  # the batch sizer's business, not the function's
             raise parameter_error(
                 self.func,
@@ -146,6 +146,8 @@ class Head:
 
 #: Errors of a framework that mean the device ran out of memory (left to the batch sizer).
 _OUT_OF_MEMORY = ("OutOfMemoryError", "ResourceExhaustedError")
+#: ... and how torch's CPU allocator words it (a plain RuntimeError).
+_HOST_OUT_OF_MEMORY = "can't allocate memory"
 
 
 def _first_line(exc: Exception) -> str:

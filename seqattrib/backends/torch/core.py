@@ -14,9 +14,10 @@ import torch
 from ..._errors import SeqAttribWarning, parameter_error
 from ..._threads import available_cpus
 from ..._validation import check_device
-from ..protocol import Head, OutOfDeviceMemory, TransferStats
+from ..protocol import Head, TransferStats
 from . import head_ops as ops_of_heads
 from .gradients import target_gradients
+from .memory import out_of_memory
 from .parameters import TorchParameterGradients
 from .rescale import TorchRescaleGradients
 from .windows import TorchWindowedForward
@@ -283,11 +284,8 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
     def forward(
         self, model: Any, x: torch.Tensor, head: Head, extras: Sequence[torch.Tensor] = ()
     ) -> torch.Tensor:
-        try:
-            with torch.inference_mode():
-                return head(model(x, *extras)).float()
-        except torch.OutOfMemoryError as exc:
-            raise OutOfDeviceMemory(str(exc)) from exc
+        with out_of_memory(), torch.inference_mode():
+            return head(model(x, *extras)).float()
 
     def outputs(self, raw: Any, head: Head) -> torch.Tensor:
         return head(raw).float()
@@ -301,11 +299,8 @@ class TorchBackend(TorchWindowedForward, TorchParameterGradients, TorchRescaleGr
         vectorised: bool,
         extras: Sequence[torch.Tensor] = (),
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        try:
-            x = x.detach().requires_grad_(True)
-            with torch.enable_grad():
-                selected = head(model(x, *extras))[:, list(targets)]
-                grads = target_gradients(selected, x, vectorised)
-            return selected.detach().float(), grads
-        except torch.OutOfMemoryError as exc:
-            raise OutOfDeviceMemory(str(exc)) from exc
+        x = x.detach().requires_grad_(True)
+        with out_of_memory(), torch.enable_grad():
+            selected = head(model(x, *extras))[:, list(targets)]
+            grads = target_gradients(selected, x, vectorised)
+        return selected.detach().float(), grads

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from ..protocol import CheckpointMismatch, Head, OutOfDeviceMemory, UnsupportedLayer
+from ..protocol import CheckpointMismatch, Head, UnsupportedLayer
+from .memory import out_of_memory
 
 
 class TorchParameterGradients:
@@ -75,11 +76,8 @@ class TorchParameterGradients:
                 out = head(functional_call(model, p, (xi[None],))).float()
             return fn(out, yi[None]).sum()
 
-        try:
-            with torch.enable_grad():
-                grads = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
-        except torch.OutOfMemoryError as exc:
-            raise OutOfDeviceMemory(str(exc)) from exc
+        with out_of_memory(), torch.enable_grad():
+            grads = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
         axes = _keras_axes(model)
         rows = x.shape[0]
         return torch.cat([_flat(grads[n], axes.get(n), rows) for n in names], dim=1)

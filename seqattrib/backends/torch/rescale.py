@@ -37,8 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ..protocol import RESCALE_EPS, Head, OutOfDeviceMemory, RescaleReport, RescaleUnsupported
+from ..protocol import RESCALE_EPS, Head, RescaleReport, RescaleUnsupported
 from .gradients import target_gradients
+from .memory import out_of_memory
 from .rescale_pairs import (
     BLOCK,
     ProductRule,
@@ -545,7 +546,7 @@ class TorchRescaleGradients:
 
         selection = list(targets)
         input_extras, reference_extras = extras
-        try:
+        with out_of_memory():
             recorder = _RecordInputs()
             # autograd on where the pair rules apply: it tells which tensors depend on the input
             paired = model in getattr(self, "_paired_models", ())
@@ -564,5 +565,3 @@ class TorchRescaleGradients:
                     raise _different_calls(rules.count, "nothing more", recorder.records)
                 multipliers = target_gradients(selected, refs, vectorised)
             return input_outputs, selected.detach().float(), multipliers
-        except torch.OutOfMemoryError as exc:
-            raise OutOfDeviceMemory(str(exc)) from exc
