@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..attribution.mutagenesis.kernel import count_rows, scan_window
 from ..attribution.options import RunOptions, shared_docs
 from ..backends import Backend
 from ..engine import SequenceSource, as_source
+from ..engine.blocks import DEVICE_BLOCK_BYTES
 from ..engine.outputs import Head
 
 __all__ = ["dependency_map"]
@@ -252,7 +253,10 @@ def dependency_map(
     [[alphabet_axis]]
     batch_size : int or "auto"
         Mutants per device batch (mutants of many sequences share batches).
-    [[max_cpu_sequences]]
+    max_cpu_sequences : int
+        At most this many finished sequences wait on the host before the sink takes them, and
+        fewer when their maps are large: a sequence's results are a (4P, 4P) table per target
+        on the device until they cross to the host, and at most 64 MiB of them wait there.
     device : str or device, optional
         Where to run; default: where the model lives.
     [[verbose]]
@@ -300,9 +304,16 @@ def dependency_map(
             func, "return_effects", "True or False", return_effects, error=TypeError
         )
     source = as_source(X, alphabet_axis, func)
-    method = DependencyMethod(
-        source, scan_window(positions, source.length, func), summary, return_effects
+    window = scan_window(positions, source.length, func)
+    # finished sequences wait on the device as (4P, 4P) tables per target before they cross
+    # to the host: as many as DEVICE_BLOCK_BYTES holds (counting targets given by index)
+    n_targets = len(target) if isinstance(target, Sequence) else 1
+    table = 4 * n_targets * (4 * (window[1] - window[0])) ** 2
+    options = replace(
+        options,
+        max_cpu_sequences=min(options.max_cpu_sequences, max(1, DEVICE_BLOCK_BYTES // table)),
     )
+    method = DependencyMethod(source, window, summary, return_effects)
     result, _ = run_job(method, model, source, options)
     if isinstance(result, str):
         return result

@@ -176,3 +176,23 @@ def test_bad_parameters_are_refused(small):
         dependency_map(model, X, positions=(10, 40))
     with pytest.raises(TypeError, match=r"'return_effects'"):
         dependency_map(model, X, return_effects=1)
+
+
+def test_finished_maps_waiting_on_the_device_are_bounded(small, monkeypatch):
+    import seqattrib.experiments.dependency as dependency
+
+    model, _, X = small
+    expected = dependency_map(model, X, target=[0, 1], positions=(2, 12))
+    seen = []
+    run_job = dependency.run_job
+
+    def spy(method, model, source, options):
+        seen.append(options.max_cpu_sequences)
+        return run_job(method, model, source, options)
+
+    monkeypatch.setattr(dependency, "run_job", spy)
+    table = 4 * 2 * (4 * 10) ** 2  # a (4P, 4P) float32 table per target, P = 10, K = 2
+    monkeypatch.setattr(dependency, "DEVICE_BLOCK_BYTES", 2 * table + 1)
+    got = dependency_map(model, X, target=[0, 1], positions=(2, 12))
+    assert seen == [2]
+    assert_close(got, expected, FLOAT32)
