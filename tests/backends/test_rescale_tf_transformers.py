@@ -156,6 +156,9 @@ CONSTRUCTS = {
     "log_softmax": _lambda(lambda t: keras.ops.log_softmax(t, axis=-1)),
     "gelu_as_operations": _lambda(lambda t: keras.ops.gelu(t, approximate=True)),
     "division_by_an_activation": _lambda(lambda t: t / (1.0 + tf.nn.softplus(t[..., :1]))),
+    "causal_attention": lambda h: keras.layers.MultiHeadAttention(HEADS, KEY_DIM)(
+        h, h, use_causal_mask=True
+    ),
     "gating": _lambda(lambda t: t * tf.sigmoid(1.702 * t) * tf.exp(-tf.square(t) / 4.0)),
 }
 
@@ -170,6 +173,14 @@ def test_each_construct_sums_to_delta(construct):
     refs = dinucleotide_references(X, 3, seed=7, layout="NLC")
     _assert_sums(model, X, refs)
     assert _report(model, X).by_gradient == ()
+
+
+def test_a_where_on_an_input_dependent_condition_is_named():
+    inputs = keras.Input((L, 4))
+    h = keras.layers.Lambda(lambda t: tf.where(t > 0.0, t, 0.1 * t))(_stem(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(h)))
+    (named,) = _report(model, random_one_hot(1, L)).by_gradient
+    assert named.startswith("where on an input-dependent condition")
 
 
 # --------------------------------------------------------------------------- by hand

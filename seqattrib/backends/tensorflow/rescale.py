@@ -58,6 +58,8 @@ _RESCALE_OPS = frozenset(
 )
 _MAX_OPS = frozenset(["MaxPool", "Max"])
 _HELD_OPS = frozenset(["StopGradient", "PreventGradient"])
+_SELECT_OPS = frozenset(["Select", "SelectV2"])
+_SHAPE_OPS = frozenset("Shape ShapeN Size Rank".split())
 _CALL_OPS = frozenset(["PartitionedCall", "StatefulPartitionedCall"])
 #: Linear in every input-dependent input (or the identity at inference).
 _LINEAR_OPS = frozenset(
@@ -372,12 +374,30 @@ def _read_graph(graph: Any, out: tf.Tensor, pairing: _Pairing) -> RescaleReport:
                 by_gradient.append(
                     f"{op.type} of {len(carried)} input-dependent tensors ('{op.name}')"
                 )
+        elif op.type in _SELECT_OPS:  # linear in the values where the condition is fixed
+            if _reads_values(op.inputs[0], dependence.source):
+                by_gradient.append(f"where on an input-dependent condition ('{op.name}')")
         elif op.type == "DivNoNan":
             if dependence.gradient(op.inputs[1]):
                 by_gradient.append(f"division by an input-dependent tensor ('{op.name}')")
         elif op.type not in _LINEAR_OPS and op.type not in DIVISION_OPS:
             by_gradient.append(label)
     return RescaleReport(tuple(rescaled), tuple(max_rule), tuple(dict.fromkeys(by_gradient)))
+
+
+def _reads_values(t: tf.Tensor, source: tf.Tensor) -> bool:
+    """Whether ``t`` is computed from the values of ``source`` (not only from its shape)."""
+    seen: set[Any] = set()
+    todo = [t.op]
+    while todo:
+        op = todo.pop()
+        if op is source.op:
+            return True
+        if op in seen or op.type in _SHAPE_OPS:
+            continue
+        seen.add(op)
+        todo.extend(i.op for i in op.inputs)
+    return False
 
 
 def _rule(op: Any, dependence: Dependence) -> str | None:
