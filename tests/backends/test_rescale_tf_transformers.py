@@ -139,6 +139,17 @@ def test_torch_and_tensorflow_give_the_same_contributions():
     assert_close(from_tf, from_torch, CROSS_FRAMEWORK)
 
 
+def test_the_rules_pair_each_reference_with_its_own_sequence_in_any_batch():
+    model = keras_transformer(_weights())
+    X = random_one_hot(3, L, seed=15)
+    refs = dinucleotide_references(X, 4, seed=16, layout="NLC")
+    whole = sa.deep_lift_shap(model, X, baselines=refs, batch_size=64)
+    for batch_size in (1, 7):  # one row; batches that split a sequence's references
+        assert_close(
+            sa.deep_lift_shap(model, X, baselines=refs, batch_size=batch_size), whole, 1e-5
+        )
+
+
 # --------------------------------------------------------------------------- each construct
 def _stem(inputs):
     return keras.layers.Conv1D(DIM, 3, padding="same", activation="relu")(inputs)
