@@ -20,8 +20,7 @@ import numpy as np
 from .._errors import parameter_error
 from ..attribution.gradient_kernel import check_finite
 from ..attribution.job import JobContext, run_job
-from ..attribution.mutagenesis.kernel import _mutations as mutation_mask
-from ..attribution.mutagenesis.kernel import count_rows, scan_window
+from ..attribution.mutagenesis.kernel import count_rows, mutation_mask, scan_window
 from ..attribution.options import RunOptions, shared_docs
 from ..backends import Backend
 from ..engine import SequenceSource, as_source

@@ -25,7 +25,7 @@ from .fast import FastForward
 Tensor = Any
 
 
-def _mutations(window_nlc: np.ndarray) -> np.ndarray:
+def mutation_mask(window_nlc: np.ndarray) -> np.ndarray:
     """Which (position, base) of a window to mutate: (n, W * 4) bool, position-major.
 
     Every base but the reference at a one-hot position; all four at an N or soft position.
@@ -82,7 +82,7 @@ class IsmKernel:
     def prepare(self, x: np.ndarray, first: int) -> dict[str, Tensor]:
         be = self.backend
         start, end = self.window
-        mask = _mutations(self.source.to_nlc(x)[:, start:end])
+        mask = mutation_mask(self.source.to_nlc(x)[:, start:end])
         columns = np.where(mask, np.arange(self.width), self.width)
         columns.sort(axis=1)  # each sequence's mutants first, in (position, base) order
         columns[columns == self.width] = 0  # padding, never read
@@ -200,5 +200,5 @@ def count_rows(source: SequenceSource, window: tuple[int, int]) -> np.ndarray:
     step = max(1, 2**22 // (source.length * 4))
     for begin in range(0, source.n_sequences, step):
         chunk = source.to_nlc(source.read(begin, begin + step))[:, window[0] : window[1]]
-        counts[begin : begin + len(chunk)] = _mutations(chunk).sum(axis=1)
+        counts[begin : begin + len(chunk)] = mutation_mask(chunk).sum(axis=1)
     return counts
