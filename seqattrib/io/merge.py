@@ -23,7 +23,7 @@ PathLike = str | os.PathLike[str]
 _BLOCK_BYTES = 64 * 2**20
 #: Settings that legitimately differ between shards of one job.
 _PER_SHARD = ("shard", "n_sequences")
-_ROWS = ("attributions", "sequences", "delta", "row_hashes")
+_ROWS = ("attributions", "dependency", "effects", "sequences", "delta", "row_hashes")
 
 
 def _read_shard(path: Path) -> dict[str, Any]:

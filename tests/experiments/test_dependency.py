@@ -196,3 +196,20 @@ def test_finished_maps_waiting_on_the_device_are_bounded(small, monkeypatch):
     got = dependency_map(model, X, target=[0, 1], positions=(2, 12))
     assert seen == [2]
     assert_close(got, expected, FLOAT32)
+
+
+def test_shard_files_merge_into_the_full_run(small, tmp_path):
+    from seqattrib.io import merge_tracks
+
+    model, _, X = small
+    kwargs = dict(target=[0, 1], positions=(3, 11), return_effects=True, batch_size=40)
+    expected = dependency_map(model, X, **kwargs)
+    shards = [
+        dependency_map(model, X, shard=(i, 2), out=tmp_path / f"part{i}.h5", **kwargs)
+        for i in (1, 0)
+    ]
+    merged = merge_tracks(shards, tmp_path / "merged.h5")
+    with h5py.File(merged, "r") as f:
+        assert int(f.attrs["n_completed"]) == 3
+        assert_close(f["dependency"][:], expected[0], FLOAT32)
+        assert_close(f["effects"][:], expected[1], FLOAT32)
