@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -20,9 +20,11 @@ import numpy as np
 from .._errors import parameter_error
 from ..attribution.gradient_kernel import check_finite
 from ..attribution.job import JobContext, run_job
+from ..attribution.mutagenesis.choice import AUTO_MAX_COST_RATIO, checked_plan
+from ..attribution.mutagenesis.fast import FastForward, fast_forward
 from ..attribution.mutagenesis.kernel import count_rows, mutation_mask, scan_window
 from ..attribution.options import RunOptions, shared_docs
-from ..backends import Backend
+from ..backends import Backend, WindowedBackend, capability
 from ..engine import SequenceSource, as_source
 from ..engine.blocks import DEVICE_BLOCK_BYTES
 from ..engine.outputs import Head
@@ -46,9 +48,13 @@ def _pair_of_row(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class DependencyKernel:
-    """Single and double mutants of many sequences per device batch, scored on the device."""
+    """Single and double mutants of many sequences per device batch, scored on the device.
 
-    variant = "exact"
+    On the exact path each mutant runs through the whole model. On the fast path the double
+    mutants of a batch are fast ISM's mutants of single mutants: the rows of single mutant v
+    (the pairs (u, v), u <= v, of one sequence are contiguous) share one reference pass over
+    x^v, and each row recomputes only the windows mutation u can change.
+    """
 
     def __init__(
         self,
@@ -62,8 +68,11 @@ class DependencyKernel:
         summary: str,
         effects: bool,
         func: str,
+        fast: FastForward | None = None,
     ) -> None:
         self.backend, self.model, self.head = backend, model, head
+        self.fast = fast
+        self.variant = "fast" if fast is not None else "exact"  # batch sizes cached apart
         self.source, self.window, self.func = source, window, func
         self.summary, self.effects = summary, effects
         self.length = source.length
@@ -116,10 +125,13 @@ class DependencyKernel:
             picked[name] = [
                 be.take(flat, be.asarray(local * self.width + m, "int64")) for m in (u, v)
             ]
-        mutants = be.take(payload["x"], local_t)
-        for k in (1, 0):  # a single mutant (u == v) is made twice: the same sequence
-            mutants = self._mutated(mutants, picked["position"][k], picked["base"][k])
-        outputs = be.take(be.forward(self.model, mutants, self.head), self._targets, axis=1)
+        if self.fast is None:
+            mutants = be.take(payload["x"], local_t)
+            for k in (1, 0):  # a single mutant (u == v) is made twice: the same sequence
+                mutants = self._mutated(mutants, picked["position"][k], picked["base"][k])
+            outputs = be.take(be.forward(self.model, mutants, self.head), self._targets, axis=1)
+        else:
+            outputs = self._fast_outputs(payload, local, v, picked)
         scores = outputs - be.take(payload["reference"], local_t)
         slots = self.width * self.width
         slot = (
@@ -129,6 +141,32 @@ class DependencyKernel:
         )
         table = be.segment_sum(scores, slot, n_segments * slots)
         return {"table": be.reshape(table, (n_segments, slots, len(self.targets)))}
+
+    def _fast_outputs(
+        self, payload: dict[str, Tensor], local: np.ndarray, v: np.ndarray, picked: Any
+    ) -> Tensor:
+        """The rows' outputs as fast ISM mutants (mutation u) of their single mutants x^v (a
+        single mutant itself when u == v: x^v with its own base set again)."""
+        be, fast = self.backend, self.fast
+        assert fast is not None
+        singles, row_single = np.unique(local * self.width + v, return_inverse=True)
+        at = be.asarray(singles, "int64")
+        x = be.take(payload["x"], be.asarray(singles // self.width, "int64"))
+        position = be.take(be.reshape(payload["position"], (-1,)), at)
+        base = be.take(be.reshape(payload["base"], (-1,)), at)
+        *kept, _ = fast.reference(self._mutated(x, position, base))
+        return fast.mutant_outputs(
+            kept,
+            be.asarray(row_single.reshape(-1), "int64"),
+            picked["position"][0],
+            picked["base"][0],
+            self._selected,
+        )
+
+    def _selected(self, raw: Any) -> Tensor:
+        """The target outputs of a raw model output."""
+        be: Any = self.backend
+        return be.take(be.outputs(raw, self.head), self._targets, axis=1)
 
     def finalize(self, block: dict[str, np.ndarray], first: int) -> dict[str, np.ndarray]:
         table = block["table"]
@@ -164,8 +202,15 @@ class DependencyMethod:
     window: tuple[int, int]
     summary: str
     effects: bool
+    fast: bool | str
     func: str = "dependency_map"
     random_state: Any = 0
+    forwards: list[FastForward] = field(default_factory=list)  # the fast passes it made
+
+    def release(self) -> None:
+        """Free what the fast passes kept between passes."""
+        for forward in self.forwards:
+            forward.release()
 
     def settings(self) -> dict[str, Any]:
         return {"positions": list(self.window), "summary": self.summary, "effects": self.effects}
@@ -178,6 +223,17 @@ class DependencyMethod:
         return shapes
 
     def kernel(self, context: JobContext) -> DependencyKernel:
+        be, fast, forward = context.backend, self.fast, None
+        # as ISM's "auto": the windowed passes on a CPU, when the cost model predicts a gain
+        if fast is True or (fast == "auto" and not be.on_accelerator()):
+            windowed: WindowedBackend = capability(be, WindowedBackend, self.func)
+            plan = checked_plan(
+                windowed, context.model, self.source, context.head, str(context.device),
+                fast is True,
+            )  # fmt: skip
+            if plan is not None and (fast is True or plan.cost_ratio <= AUTO_MAX_COST_RATIO):
+                forward = fast_forward(windowed, plan)
+                self.forwards.append(forward)
         return DependencyKernel(
             context.backend,
             context.model,
@@ -188,6 +244,7 @@ class DependencyMethod:
             summary=self.summary,
             effects=self.effects,
             func=self.func,
+            fast=forward,
         )
 
 
@@ -201,6 +258,7 @@ def dependency_map(
     positions: tuple[int, int] | None = None,
     summary: Literal["max_abs", "l2"] = "max_abs",
     return_effects: bool = False,
+    fast: bool | Literal["auto"] = "auto",
     alphabet_axis: int | None = None,
     batch_size: int | Literal["auto"] = "auto",
     max_cpu_sequences: int = 1024,
@@ -249,6 +307,13 @@ def dependency_map(
         How the substitutions of a pair of positions are summarised (see above).
     return_effects : bool
         Also return every double-mutant effect (P, 4, P, 4) per sequence and target.
+    fast : {"auto", True, False}
+        Run the double mutants as fast ISM runs single ones (see ``seqattrib.ism``): the
+        double mutants x^{ia,jb} of one single mutant x^{jb} share one pass over x^{jb},
+        and each recomputes only the layers' windows that the base at i can reach, up to the
+        first layer that mixes all positions. Same results as ``fast=False`` (every mutant
+        through the whole model) up to float32 rounding; ``"auto"`` takes it on a CPU when
+        ISM's cost model predicts a gain, never on a GPU.
     [[alphabet_axis]]
     batch_size : int or "auto"
         Mutants per device batch (mutants of many sequences share batches).
@@ -298,6 +363,8 @@ def dependency_map(
     )
     if summary not in _SUMMARIES:
         raise parameter_error(func, "summary", "'max_abs' or 'l2'", summary)
+    if fast not in (True, False, "auto"):
+        raise parameter_error(func, "fast", "True, False or 'auto'", fast)
     if not isinstance(return_effects, bool):
         raise parameter_error(
             func, "return_effects", "True or False", return_effects, error=TypeError
@@ -312,8 +379,11 @@ def dependency_map(
         options,
         max_cpu_sequences=min(options.max_cpu_sequences, max(1, DEVICE_BLOCK_BYTES // table)),
     )
-    method = DependencyMethod(source, window, summary, return_effects)
-    result, _ = run_job(method, model, source, options)
+    method = DependencyMethod(source, window, summary, return_effects, fast)
+    try:
+        result, _ = run_job(method, model, source, options)
+    finally:
+        method.release()
     if isinstance(result, str):
         return result
     if return_effects:

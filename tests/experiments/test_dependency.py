@@ -3,6 +3,8 @@ contract: batch size, subsets, windows, shards, K targets, and resumable, finger
 
 from __future__ import annotations
 
+import warnings
+
 import h5py
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 from helpers import FLOAT32, assert_close
 from models import basset_weights, keras_model, random_one_hot, torch_model
 
+from seqattrib import SeqAttribWarning
 from seqattrib.experiments.dependency import dependency_map
 
 EYE = np.eye(4)
@@ -73,16 +76,30 @@ def _with_n(X, layout, sequence, position):
     return X
 
 
-@pytest.mark.parametrize(("framework", "layout"), [("torch", "NCL"), ("tensorflow", "NLC")])
-def test_dependency_map_equals_brute_force_double_mutants(framework, layout):
+@pytest.fixture(scope="module")
+def judged():
+    """Two sequences (one with an N at position 7) of length 100 and their brute-force
+    double-mutant effects under the float64 model, targets 0 and 2."""
     length = 100
-    model, model64 = _models(framework, length, layout)
-    X = _with_n(random_one_hot(2, length, seed=41, layout=layout), layout, 1, 7)
-    dependency, effects = dependency_map(model, X, target=[0, 2], return_effects=True)
+    nlc = _with_n(random_one_hot(2, length, seed=41), "NLC", 1, 7)
+    _, model64 = _models("torch", length, "NCL")
+    return nlc, brute_force(model64, nlc, [0, 2])
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize(("framework", "layout"), [("torch", "NCL"), ("tensorflow", "NLC")])
+def test_dependency_map_equals_brute_force_double_mutants(framework, layout, fast, judged):
+    nlc, expected = judged
+    length = nlc.shape[1]
+    model, _ = _models(framework, length, layout)
+    X = nlc if layout == "NLC" else np.ascontiguousarray(nlc.transpose(0, 2, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeqAttribWarning)  # the fast path is taken
+        dependency, effects = dependency_map(
+            model, X, target=[0, 2], return_effects=True, fast=fast
+        )
     assert dependency.shape == (2, 2, length, length) and dependency.dtype == np.float32
     assert effects.shape == (2, 2, length, 4, length, 4) and effects.dtype == np.float32
-    nlc = X if layout == "NLC" else X.transpose(0, 2, 1)
-    expected = brute_force(model64, nlc, [0, 2])
     assert np.abs(expected).max() > 1e-2, "the judge's model has interactions to find"
     assert_close(effects, expected, FLOAT32)
     assert_close(dependency, np.abs(expected).max(axis=(3, 5)), FLOAT32)
