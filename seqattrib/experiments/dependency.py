@@ -275,8 +275,8 @@ def dependency_map(
     Use a dependency map to see which positions of a sequence the model reads together
     (the bases of one motif, two motifs that cooperate, a motif and the spacer that sets its
     phase); ISM gives each position's effect on its own. It runs every double mutant of the
-    window through the model: about ``4.5 P**2`` forward passes per sequence for a window of
-    P positions.
+    window, each pair once: about ``4.5 P**2`` mutants per sequence for a window of P
+    positions.
 
     For positions i != j of the window, a base a at i and a base b at j (each other than the
     reference base there), with x^{ia} the sequence x with base a at position i:
