@@ -122,9 +122,10 @@ def test_l2_summary_is_the_norm_over_the_substitutions_of_each_pair(small):
     assert_close(dependency, np.sqrt(np.square(full).sum(axis=(2, 4))), FLOAT32)
 
 
-def test_results_do_not_depend_on_batch_size_subset_window_or_shard(small):
+@pytest.mark.parametrize("fast", [False, True])
+def test_results_do_not_depend_on_batch_size_subset_window_or_shard(small, fast):
     model, _, X = small
-    kwargs = dict(target=2, return_effects=True, positions=(3, 15))
+    kwargs = dict(target=2, return_effects=True, positions=(3, 15), fast=fast)
     dependency, effects = dependency_map(model, X, batch_size=300, **kwargs)
     for batch_size in (1, 7, 10**6):
         other = dependency_map(model, X, batch_size=batch_size, **kwargs)
@@ -132,7 +133,7 @@ def test_results_do_not_depend_on_batch_size_subset_window_or_shard(small):
         assert_close(other[1], effects, FLOAT32)
     subset = dependency_map(model, X[[2, 0]], batch_size=13, **kwargs)
     assert_close(subset[1], effects[[2, 0]], FLOAT32)
-    window = dependency_map(model, X, target=2, positions=(5, 9), return_effects=True)
+    window = dependency_map(model, X, target=2, positions=(5, 9), return_effects=True, fast=fast)
     assert_close(window[1], effects[:, 2:6, :, 2:6], FLOAT32)
     assert_close(window[0], dependency[:, 2:6, 2:6], FLOAT32)
     shard = dependency_map(model, X, shard=(1, 2), batch_size=13, **kwargs)
