@@ -22,7 +22,7 @@ import torch.fx as fx
 from torch.fx.node import map_arg
 
 from ..local_graph import GraphUnsupported, LocalNode
-from .nodes import Context, argument, bind, shape_of
+from .nodes import Context, argument, bind, reduce_node, shape_of
 from .window_ops import conv, pad, pool
 
 _UNARY = {
@@ -340,22 +340,7 @@ def _reduce(ctx: Context, name: str) -> LocalNode | None:
         if dim[0] % 3 != axis:
             return None
         how = _REDUCTIONS[name]
-    length = ctx.source.length
-
-    def apply(total: torch.Tensor) -> torch.Tensor:
-        out = total / length if how == "mean" else total
-        return out.unsqueeze(axis) if keepdim else out
-
-    return LocalNode(
-        ctx.name,
-        "reduce",
-        (ctx.reader.position(ctx.tensors[0]),),
-        length,
-        axis,
-        apply,
-        how="max" if how == "max" else "sum",
-        channels=ctx.source.channels,
-    )
+    return reduce_node(ctx, how, keepdim)
 
 
 # ---------------------------------------------------------------------- pooling blocks

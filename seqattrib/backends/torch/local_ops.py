@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..local_graph import GraphUnsupported, LocalNode
-from .nodes import Context, argument, bind, shape_of
+from .nodes import Context, argument, bind, reduce_node, shape_of
 from .window_ops import conv, functional_pad, pad, pair, pool
 
 _POINTWISE_MODULES = (
@@ -396,22 +396,7 @@ def _reduce(ctx: Context) -> LocalNode | None:
             keepdim = True
     if how is None:
         return None
-    length, axis = ctx.source.length, ctx.axis
-
-    def apply(total: torch.Tensor) -> torch.Tensor:
-        out = total / length if how == "mean" else total
-        return out.unsqueeze(axis) if keepdim else out
-
-    return LocalNode(
-        ctx.name,
-        "reduce",
-        (ctx.reader.position(ctx.tensors[0]),),
-        length,
-        axis,
-        apply,
-        how="max" if how == "max" else "sum",
-        channels=ctx.source.channels,
-    )
+    return reduce_node(ctx, how, keepdim)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -102,3 +102,24 @@ def _attribute(root: Any, target: str) -> Any:
     for part in target.split("."):
         value = getattr(value, part)
     return value
+
+
+def reduce_node(ctx: Context, how: str, keepdim: bool) -> LocalNode:
+    """A sum (``how="sum"``), mean or maximum over every position of the node's one input,
+    keeping that axis as size 1 (``keepdim``) or dropping it."""
+    length, axis = ctx.source.length, ctx.axis
+
+    def apply(total: torch.Tensor) -> torch.Tensor:
+        out = total / length if how == "mean" else total
+        return out.unsqueeze(axis) if keepdim else out
+
+    return LocalNode(
+        ctx.name,
+        "reduce",
+        (ctx.reader.position(ctx.tensors[0]),),
+        length,
+        axis,
+        apply,
+        how="max" if how == "max" else "sum",
+        channels=ctx.source.channels,
+    )
