@@ -53,6 +53,9 @@ class VariantEffects:
         ``(chrom, pos, id, ref, alt, reason, detail)`` of each variant not scored.
     attributions : dict of str to ndarray, or None
         ``"ref"`` and ``"alt"`` attribution tracks, (n_variants, [K,] length, 4) in ``layout``.
+    derived : dict of str to ndarray of float32
+        Columns computed from the predictions and scores (p-values, allele quantiles), shaped
+        as the predictions.
     """
 
     variants: dict[str, np.ndarray]
@@ -61,11 +64,12 @@ class VariantEffects:
     targets: list[int]
     skipped: list[tuple[Any, ...]] = field(default_factory=list)
     attributions: dict[str, np.ndarray] | None = None
+    derived: dict[str, np.ndarray] = field(default_factory=dict)
 
     def columns(self) -> dict[str, np.ndarray]:
         """The table's columns, as in a written file (``ref_0``, ``alt_0``, ``delta_0``, ...)."""
         out = dict(self.variants)
-        quantities = {**self.predictions, **self.scores}
+        quantities = {**self.predictions, **self.scores, **self.derived}
         for name, values in quantities.items():
             table = values if values.ndim == 2 else values[:, None]
             for k, t in enumerate(self.targets):
@@ -88,6 +92,10 @@ class VariantMethod:
     run_settings: dict[str, Any]
     func: str = "variant_effects"
     random_state: Any = 0
+    #: Columns computed on the host from each finished block of predictions and scores
+    #: (``derive(block) -> {name: (n, K) array}`` for the names in ``derived``).
+    derive: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+    derived: tuple[str, ...] = ()
 
     def settings(self) -> dict[str, Any]:
         return dict(self.run_settings)
@@ -107,6 +115,8 @@ class VariantMethod:
             n_variants=context.source.n_sequences,
             scores=self.scores,
             func=self.func,
+            derive=self.derive,
+            derived=self.derived,
         )
 
     def open_sink(
@@ -127,7 +137,7 @@ class VariantMethod:
             offset=0 if shard is None else shard.start,
             n_variants=n,
             targets=targets,
-            scores=self.scores,
+            scores=self.scores + self.derived,
             squeeze=squeeze,
             settings=settings,
             overwrite=options.overwrite,
@@ -295,6 +305,9 @@ def variant_effects(
     records = open_records(variants, func)
     found = catalog(records, text, length, func)
     _report(found, options.out, func)
+    # columns computed from each block of scores (p-values, quantiles): none yet
+    derive: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+    derived: tuple[str, ...] = ()
     keep = max(8192, 4 * options.max_cpu_sequences)
     stream = VariantStream(records, found, text, length, func, keep=keep)
     settings = {
@@ -309,11 +322,12 @@ def variant_effects(
         "n_variants": found.n,
         "genome": text.name,
         "length": length,
-        "scores": list(scores),
+        # every column after ref and alt, per target: the scores, then the derived columns
+        "scores": [*scores, *derived],
         "attributions": attributions,
         "attribution_options": extra,
     }
-    method = VariantMethod(stream, scores, settings)
+    method = VariantMethod(stream, scores, settings, derive=derive, derived=derived)
     source = as_source(WindowArray(stream, "ref"), -1, func)
     result, squeeze = run_job(method, model, source, options)
     tracks = None
@@ -326,7 +340,14 @@ def variant_effects(
         }
     if isinstance(result, str):
         return result
-    return _in_memory(result, found.skipped, scores, squeeze, tracks)  # type: ignore[arg-type]
+    return _in_memory(
+        result,  # type: ignore[arg-type]
+        found.skipped,
+        scores,
+        method.derived,
+        squeeze,
+        tracks,
+    )
 
 
 def _report(found: Catalog, out: str | None, func: str) -> None:
@@ -394,6 +415,7 @@ def _in_memory(
     result: tuple[list[tuple[str, int, str, str, str]], np.ndarray, list[int]],
     skipped: Skipped,
     scores: tuple[str, ...],
+    derived: tuple[str, ...],
     squeeze: bool,
     tracks: dict[str, Any] | None,
 ) -> VariantEffects:
@@ -403,7 +425,7 @@ def _in_memory(
         name: np.array([row[i] for row in identity], dtype=np.int64 if name == "pos" else str)
         for i, name in enumerate(names)
     }
-    quantities = ("ref", "alt", *scores)
+    quantities = ("ref", "alt", *scores, *derived)
     blocks = values.reshape(len(values), len(quantities), len(targets))
     tables = {q: blocks[:, i, 0] if squeeze else blocks[:, i] for i, q in enumerate(quantities)}
     return VariantEffects(
@@ -413,4 +435,5 @@ def _in_memory(
         targets,
         list(skipped.rows),
         tracks,
+        {q: tables[q] for q in derived},
     )

@@ -12,7 +12,7 @@ Outputs of all K targets come from one forward pass; the scores are taken on the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,9 +43,12 @@ class VariantKernel:
         n_variants: int,
         scores: Sequence[str],
         func: str,
+        derive: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+        derived: Sequence[str] = (),
     ) -> None:
         self.backend, self.model, self.head = backend, model, head
         self.stream, self.scores, self.func = stream, tuple(scores), func
+        self.derive, self.derived = derive, tuple(derived)
         self.targets = list(targets)
         self._targets = backend.asarray(np.asarray(self.targets), "int64")
         found = stream.catalog
@@ -154,4 +157,11 @@ class VariantKernel:
                     SeqAttribWarning,
                     stacklevel=2,
                 )
+        if self.derive is not None:
+            extra = self.derive(out)
+            if set(extra) != set(self.derived):
+                raise RuntimeError(
+                    f"{self.func}: derived columns {sorted(extra)}, expected {list(self.derived)}"
+                )
+            out.update(extra)
         return out
