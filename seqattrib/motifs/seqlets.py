@@ -18,7 +18,8 @@ same method on the negated tracks (with the null of the negated tracks).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,8 +28,6 @@ import numpy as np
 from .._errors import parameter_error
 
 if TYPE_CHECKING:
-    import os
-
     import pandas
 
 Sign = Literal["both", "positive", "negative"]
@@ -346,7 +345,7 @@ def _projected(
                 func, one_hot_name, f"None or a one-hot array of shape {X.shape[:2] + (4,)}",
                 S, f"Pass the sequences the {name} were computed on, or {one_hot_name}=None.",
             )  # fmt: skip
-        return np.einsum("nlc,nlc->nl", X, S.astype(X.dtype))
+        return _project(X, S)
     if X.ndim == 3:
         if (np.count_nonzero(X, axis=-1) > 1).any():
             raise parameter_error(
@@ -357,79 +356,310 @@ def _projected(
     return X
 
 
-def _null_of(X: np.ndarray, max_length: int, n_bins: int) -> _Null | None:
-    """The null of the (N, L) tracks ``X``; None when all values are equal (no seqlets)."""
-    xmin, xmax = X.min(), X.max()
-    width = _bin_range(xmin, xmax, n_bins)
-    if width is None:
-        return None
-    counts = _histogram(X, xmin, width, n_bins)
-    return _Null(xmin, width, _null_tables(counts, max_length))
+#: Blocks of tracks: a function that starts a pass over them, yielding (first row, (n, K, L)
+#: projected contributions of the K selected targets), in order of rows.
+Blocks = Callable[[], Iterator[tuple[int, np.ndarray]]]
+#: Bytes of contributions in one block when ``block_size`` is not given.
+_BLOCK_BYTES = 64 * 2**20
 
 
-def _fdr(
-    p_value: np.ndarray, control_p: np.ndarray, n_windows: int, n_control_windows: int
-) -> np.ndarray:
-    """The empirical FDR of seqlets with p-values ``p_value`` against the control seqlets'
-    ``control_p`` (see :func:`seqlets`)."""
-    if not p_value.shape[0]:
-        return np.zeros(0, dtype=np.float64)
-    order = np.argsort(p_value, kind="stable")
-    sorted_p = p_value[order]
+@dataclass(frozen=True)
+class _Settings:
+    threshold: float
+    min_length: int
+    max_length: int
+    flank: int
+    signs: tuple[int, ...]
+    n_bins: int
+    max_fdr: float | None
+
+
+def _signed(X: np.ndarray, sign: int) -> np.ndarray:
+    return X if sign > 0 else -X
+
+
+def _fit_nulls(
+    blocks: Blocks, n_targets: int, settings: _Settings
+) -> dict[tuple[int, int], _Null | None]:
+    """The null of every target and sign (None where all values are equal), from two passes
+    over the blocks: the smallest and largest values, then the histogram. Both are exact
+    (integer counts), so any blocking of the rows gives the same null."""
+    lo: list[Any] = [None] * n_targets
+    hi: list[Any] = [None] * n_targets
+    for _, block in blocks():
+        for j in range(n_targets):
+            b_lo, b_hi = block[:, j].min(), block[:, j].max()
+            lo[j] = b_lo if lo[j] is None else min(lo[j], b_lo)
+            hi[j] = b_hi if hi[j] is None else max(hi[j], b_hi)
+    ranges: dict[tuple[int, int], tuple[Any, float] | None] = {}
+    for j in range(n_targets):
+        for s in settings.signs:
+            xmin, xmax = (lo[j], hi[j]) if s > 0 else (-hi[j], -lo[j])
+            width = _bin_range(xmin, xmax, settings.n_bins)
+            ranges[j, s] = None if width is None else (xmin, width)
+    counts = {key: np.zeros(settings.n_bins, np.int64) for key, r in ranges.items() if r}
+    if counts:
+        for _, block in blocks():
+            for j, s in counts:
+                xmin, width = ranges[j, s]  # type: ignore[misc]
+                counts[j, s] += _histogram(_signed(block[:, j], s), xmin, width, settings.n_bins)
+    return {
+        key: None
+        if r is None
+        else _Null(r[0], r[1], _null_tables(counts[key], settings.max_length))
+        for key, r in ranges.items()
+    }
+
+
+def _p_values(
+    blocks: Blocks, nulls: dict[tuple[int, int], _Null | None], settings: _Settings
+) -> tuple[dict[tuple[int, int], np.ndarray], int, int]:
+    """The p-values of all seqlets of every target and sign in the blocks, and the number of
+    rows and the sequence length of the blocks."""
+    found: dict[tuple[int, int], list[np.ndarray]] = {key: [] for key in nulls}
+    rows = length = 0
+    for _, block in blocks():
+        rows += block.shape[0]
+        length = block.shape[2]
+        for (j, s), null in nulls.items():
+            if null is not None:
+                calls = _call(
+                    _signed(block[:, j], s), null, settings.threshold, settings.min_length,
+                    settings.max_length, 0, settings.n_bins,
+                )  # fmt: skip
+                found[j, s].append(calls[4])
+    return {key: np.concatenate(v) if v else np.zeros(0) for key, v in found.items()}, rows, length
+
+
+@dataclass(frozen=True)
+class _FdrTable:
+    """The false-discovery rate at each p-value of the seqlets of one target and sign."""
+
+    p_value: np.ndarray
+    fdr: np.ndarray
+
+    def lookup(self, p_value: np.ndarray) -> np.ndarray:
+        return self.fdr[np.searchsorted(self.p_value, p_value, side="right") - 1]
+
+
+def _fdr_table(
+    real_p: np.ndarray, control_p: np.ndarray, n_windows: int, n_control_windows: int
+) -> _FdrTable:
+    """The empirical FDR (defined in :func:`seqlets`) at each of the seqlets' p-values."""
+    sorted_p = np.sort(real_p)
     n_real = np.searchsorted(sorted_p, sorted_p, side="right")
     n_control = np.searchsorted(np.sort(control_p), sorted_p, side="right")
-    raw = n_control * (n_windows / n_control_windows) / n_real
-    q = np.minimum(np.minimum.accumulate(raw[::-1])[::-1], 1.0)
-    fdr = np.empty_like(q)
-    fdr[order] = q
-    return fdr
+    raw = n_control * (n_windows / n_control_windows) / np.maximum(n_real, 1)
+    fdr = np.minimum(np.minimum.accumulate(raw[::-1])[::-1], 1.0)
+    return _FdrTable(sorted_p, fdr)
 
 
-def _signed_calls(
-    X: np.ndarray,
-    controls: np.ndarray | None,
-    sign: int,
+def _fdr_tables(
+    blocks: Blocks,
+    controls: Blocks,
+    nulls: dict[tuple[int, int], _Null | None],
+    settings: _Settings,
+) -> dict[tuple[int, int], _FdrTable]:
+    """The FDR tables of every target and sign: a pass over the tracks and one over the
+    controls, calling seqlets with the tracks' nulls."""
+    real, rows, length = _p_values(blocks, nulls, settings)
+    control, c_rows, c_length = _p_values(controls, nulls, settings)
+    n_windows = rows * (length - settings.min_length + 1)
+    n_control_windows = c_rows * (c_length - settings.min_length + 1)
+    return {key: _fdr_table(real[key], control[key], n_windows, n_control_windows) for key in nulls}
+
+
+def _block_seqlets(
+    first_row: int,
+    block: np.ndarray,
+    targets: list[int],
+    nulls: dict[tuple[int, int], _Null | None],
+    fdr: dict[tuple[int, int], _FdrTable] | None,
+    settings: _Settings,
+) -> Seqlets:
+    """The seqlets of one block, in order of example, target, start and sign (positive
+    first)."""
+    parts = []
+    for (j, s), null in nulls.items():
+        if null is None:
+            continue
+        ex, start, end, attribution, p_value = _call(
+            _signed(block[:, j], s), null, settings.threshold, settings.min_length,
+            settings.max_length, settings.flank, settings.n_bins,
+        )  # fmt: skip
+        n = ex.shape[0]
+        parts.append(
+            Seqlets(
+                example=ex + first_row,
+                target=np.full(n, targets[j], dtype=np.int64),
+                start=start,
+                end=end,
+                sign=np.full(n, s, dtype=np.int8),
+                attribution=attribution * s,
+                p_value=p_value,
+                fdr=np.full(n, np.nan) if fdr is None else fdr[j, s].lookup(p_value),
+            )
+        )
+    merged = Seqlets.concat(parts)
+    merged = merged.take(np.lexsort((-merged.sign, merged.start, merged.target, merged.example)))
+    if settings.max_fdr is not None:
+        merged = merged.take(merged.fdr <= settings.max_fdr)
+    return merged
+
+
+def _generate(
+    blocks: Blocks, controls: Blocks | None, targets: list[int], settings: _Settings
+) -> Iterator[Seqlets]:
+    """The seqlets of each block of tracks (the nulls, and the FDR tables with controls, from
+    earlier passes over all of them)."""
+    nulls = _fit_nulls(blocks, len(targets), settings)
+    fdr = None if controls is None else _fdr_tables(blocks, controls, nulls, settings)
+    for first_row, block in blocks():
+        yield _block_seqlets(first_row, block, targets, nulls, fdr, settings)
+
+
+def _array_blocks(X: np.ndarray) -> Blocks:
+    """One block of all rows of (N, L) projected tracks."""
+    return lambda: iter([(0, X[:, None])])
+
+
+@dataclass(frozen=True)
+class _TracksSource:
+    """The projected contributions of chosen targets of a tracks file, block by block."""
+
+    path: str
+    func: str
+    param: str
+    targets: list[int]
+    index: list[int] | None
+    rows: int
+    length: int
+    block_size: int
+
+    @classmethod
+    def open(
+        cls, path: Any, target: Any, block_size: int | None, func: str, param: str
+    ) -> _TracksSource:
+        """Check the file and the targets chosen from it (one-line errors)."""
+        from ..io.tracks_format import open_tracks
+
+        with open_tracks(path, func, param) as f:
+            if "attributions" not in f:
+                raise parameter_error(
+                    func, param, "a tracks file of attributions", os.fspath(path),
+                    "Other results (dependency maps, predictions) have no seqlets.",
+                    described=True,
+                )  # fmt: skip
+            data = f["attributions"]
+            axis = int(f.attrs["alphabet_axis"])
+            squeezed = data.ndim == 3
+            sample = data.shape[1:] if squeezed else data.shape[2:]
+            if f["sequences"].shape[1:] != sample or 4 not in sample:
+                raise parameter_error(
+                    func, param, "a tracks file with the one-hot sequences of its rows",
+                    os.fspath(path),
+                    "Its contributions cannot be projected: rewrite the tracks from one-hot "
+                    "sequences.", described=True,
+                )  # fmt: skip
+            length = sample[0] if axis == -1 else sample[1]
+            file_targets = [int(t) for t in f.json_attribute("settings")["targets"]]
+            rows = int(f.attrs["n_completed"])
+            row_bytes = int(np.prod(sample)) * 4
+        chosen = _choose_targets(file_targets, target, func)
+        index = None if squeezed else [file_targets.index(t) for t in chosen]
+        if block_size is None:
+            block_size = max(1, _BLOCK_BYTES // (row_bytes * len(chosen)))
+        else:
+            block_size = _check_int(func, "block_size", block_size, 1)
+        return cls(os.fspath(path), func, param, chosen, index, rows, int(length), block_size)
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """A pass over the rows: (first row, (n, K, L) float32 projected contributions)."""
+        from ..io.tracks_format import open_tracks
+
+        with open_tracks(self.path, self.func, self.param) as f:
+            data, sequences = f["attributions"], f["sequences"]
+            ism = str(f.attrs["method"]) == "ism"
+            ncl = int(f.attrs["alphabet_axis"]) != -1
+            for first in range(0, self.rows, self.block_size):
+                stop = min(self.rows, first + self.block_size)
+                block = data[first:stop]
+                block = block[:, None] if self.index is None else block[:, self.index]
+                one_hot = sequences[first:stop].astype(np.float32)
+                if ncl:
+                    block = block.transpose(0, 1, 3, 2)
+                    one_hot = one_hot.transpose(0, 2, 1)
+                if ism:
+                    block = block - block.mean(axis=-1, keepdims=True)
+                projected = _project(block, one_hot[:, None])
+                if not np.isfinite(projected).all():
+                    bad = first + int(np.nonzero(~np.isfinite(projected).all(axis=(1, 2)))[0][0])
+                    raise parameter_error(
+                        self.func, self.param, "a tracks file of finite contributions",
+                        f"NaN or infinite values in row {bad} of {self.path!r}",
+                        "Recompute the tracks of that row.", described=True,
+                    )  # fmt: skip
+                yield first, projected
+
+
+def _choose_targets(file_targets: list[int], target: Any, func: str) -> list[int]:
+    """The targets chosen: all of the file's (None), one, or several."""
+    if target is None:
+        return file_targets
+    chosen = [target] if isinstance(target, (int, np.integer)) else list(target)
+    if (
+        not chosen
+        or any(
+            isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) for t in chosen
+        )
+        or len(set(chosen)) != len(chosen)
+    ):
+        raise parameter_error(
+            func, "target", "None, a target of the file or a list of distinct ones", target
+        )
+    missing = [int(t) for t in chosen if int(t) not in file_targets]
+    if missing:
+        raise parameter_error(
+            func, "target", f"targets of the file ({file_targets})", missing,
+            "Choose among the targets the tracks were computed for.",
+        )  # fmt: skip
+    return [int(t) for t in chosen]
+
+
+def _project(X: np.ndarray, one_hot: np.ndarray) -> np.ndarray:
+    """Contributions at the observed bases, summed over the alphabet (the last axis)."""
+    return (X * one_hot.astype(X.dtype)).sum(axis=-1)
+
+
+def _settings(
+    func: str,
     threshold: float,
     min_length: int,
     max_length: int,
     flank: int,
+    sign: str,
     n_bins: int,
-) -> Seqlets:
-    """The seqlets of one sign of the (N, L) tracks (negative: the method on -X)."""
-    Xs = X if sign > 0 else -X
-    null = _null_of(Xs, max_length, n_bins)
-    if null is None or X.shape[1] < min_length:
-        return Seqlets.empty()
-    ex, start, end, attribution, p_value = _call(
-        Xs, null, threshold, min_length, max_length, flank, n_bins
+    max_fdr: float | None,
+    has_controls: bool,
+) -> _Settings:
+    threshold, min_length, max_length, flank, n_bins = _check_settings(
+        func, threshold, min_length, max_length, flank, sign, n_bins, max_fdr
     )
-    fdr = np.full(ex.shape[0], np.nan)
-    if controls is not None:
-        Cs = controls if sign > 0 else -controls
-        control_p = _call(Cs, null, threshold, min_length, max_length, 0, n_bins)[4]
-        fdr = _fdr(
-            p_value,
-            control_p,
-            X.shape[0] * (X.shape[1] - min_length + 1),
-            Cs.shape[0] * max(Cs.shape[1] - min_length + 1, 1),
-        )
-    n = ex.shape[0]
-    return Seqlets(
-        example=ex,
-        target=np.zeros(n, dtype=np.int64),
-        start=start,
-        end=end,
-        sign=np.full(n, sign, dtype=np.int8),
-        attribution=attribution if sign > 0 else -attribution,
-        p_value=p_value,
-        fdr=fdr,
-    )
+    if max_fdr is not None and not has_controls:
+        raise parameter_error(
+            func, "max_fdr", "None without controls", max_fdr,
+            "Pass controls= (tracks of shuffled sequences) to estimate false-discovery rates.",
+        )  # fmt: skip
+    signs = {"both": (1, -1), "positive": (1,), "negative": (-1,)}[sign]
+    return _Settings(threshold, min_length, max_length, flank, signs, n_bins, max_fdr)
 
 
-def _ordered(parts: list[Seqlets]) -> Seqlets:
-    """The seqlets of ``parts`` in order of example, start and sign (positive first)."""
-    merged = Seqlets.concat(parts)
-    return merged.take(np.lexsort((-merged.sign, merged.start, merged.example)))
+def _check_length(func: str, param: str, length: int, settings: _Settings) -> None:
+    if length < settings.max_length:
+        raise parameter_error(
+            func, param, f"tracks at least max_length={settings.max_length} long",
+            f"tracks of length {length}", "Lower max_length.", described=True,
+        )  # fmt: skip
 
 
 def seqlets(
@@ -449,21 +679,22 @@ def seqlets(
     """Call seqlets, the spans of high contribution, on tracks held in memory.
 
     Use this on an array; use :func:`iter_seqlets` to call them straight from a tracks file,
-    block by block. The method is the recursive-seqlet method (see the module): p-values of
-    binned span sums against the tracks' own distribution, a span kept when every inner span of
-    at least ``min_length`` is below ``threshold``.
+    block by block (with the same results). The method is the recursive-seqlet method (see
+    :mod:`seqattrib.motifs.seqlets`): p-values of binned span sums against the distribution of
+    the tracks themselves, a span kept when every inner span of at least ``min_length`` is below
+    ``threshold``.
 
     Parameters
     ----------
     attributions : array of shape (N, L, 4) or (N, L)
-        Contributions: hypothetical (with ``one_hot``), projected on the observed bases (zeros
-        elsewhere), or already summed over the alphabet (N, L).
+        Contributions of one target: hypothetical (with ``one_hot``), projected on the observed
+        bases (zeros elsewhere), or already summed over the alphabet (N, L).
     one_hot : array of shape (N, L, 4), optional
         The sequences; (N, L, 4) contributions are projected on them, ``(attributions *
         one_hot).sum(-1)``. Needed for hypothetical contributions.
     threshold : float
         The p-value every inner span of a seqlet must be below (a ranking score, not an error
-        rate; see ``controls`` for one).
+        rate; ``controls`` give one).
     min_length, max_length : int
         The shortest and the longest seqlet, flanks excluded.
     flank : int
@@ -471,17 +702,19 @@ def seqlets(
     sign : {"both", "positive", "negative"}
         Which seqlets: of high positive contributions (sign +1), of strongly negative ones
         (sign -1, called on the negated tracks with their own null), or both.
-    controls : array of shape (M, L', 4) or (M, L'), optional
+    controls : array of shape (M, L', 4) or (M, L'), or path, optional
         Tracks of the same kind for sequences without the signal (attributions of
         dinucleotide-shuffled sequences or of background regions, same model, target and
-        settings). Each seqlet then gets an empirical false-discovery rate: seqlets are called on
-        the controls with the same bins, null and settings; for a seqlet with p-value ``p``,
+        settings), or a tracks file of one target holding them. Each seqlet then gets an
+        empirical false-discovery rate: seqlets are called on the controls with the bins, null
+        and settings of the tracks; for a seqlet with p-value ``p``,
         ``FDR(p) = (C(p) * W / W_c) / R(p)``, where ``C(p)`` and ``R(p)`` count the control and
         the real seqlets of its sign with a p-value at most ``p``, and ``W`` and ``W_c`` the
         windows of ``min_length`` in the tracks and in the controls. As in Benjamini–Hochberg,
-        the reported rate is the smallest ``FDR(p')`` over ``p' >= p``, capped at 1.
+        the rate reported is the smallest ``FDR(p')`` over the seqlets' ``p' >= p``, capped
+        at 1.
     control_one_hot : array of shape (M, L', 4), optional
-        The sequences of the controls, to project hypothetical control contributions.
+        The sequences of the controls, to project (M, L', 4) control contributions.
     max_fdr : float, optional
         Keep only the seqlets whose false-discovery rate is at most this (needs ``controls``).
     n_bins : int
@@ -490,40 +723,43 @@ def seqlets(
     Returns
     -------
     Seqlets
-        One row per seqlet, in order of example, start and sign; ``target`` is 0 and ``fdr``
-        is NaN without controls.
+        One row per seqlet, in order of example, start and sign (positive first); ``target``
+        is 0, and ``fdr`` is NaN without controls.
+
+    Examples
+    --------
+    >>> calls = seqlets(attributions, one_hot, controls=shuffled, control_one_hot=shuffled_x)
+    >>> calls.to_frame().head()  # doctest: +SKIP
     """
-    threshold, min_length, max_length, flank, n_bins = _check_settings(
-        _FUNC, threshold, min_length, max_length, flank, sign, n_bins, max_fdr
-    )
-    X = _projected(_FUNC, "attributions", attributions, one_hot, "one_hot")
-    C = None
-    if controls is not None:
-        C = _projected(_FUNC, "controls", controls, control_one_hot, "control_one_hot")
-    elif max_fdr is not None:
-        raise parameter_error(
-            _FUNC, "max_fdr", "None without controls", max_fdr,
-            "Pass controls= (tracks of shuffled sequences) to estimate false-discovery rates.",
-        )  # fmt: skip
-    if X.shape[1] < max_length:
-        raise parameter_error(
-            _FUNC, "max_length", f"at most the sequence length {X.shape[1]}", max_length
-        )
-    signs = {"both": (1, -1), "positive": (1,), "negative": (-1,)}[sign]
-    parts = [
-        _signed_calls(X, C, s, threshold, min_length, max_length, flank, n_bins) for s in signs
-    ]
-    result = _ordered(parts)
-    if max_fdr is not None:
-        result = result.take(result.fdr <= max_fdr)
-    return result
+    func = "seqlets"
+    settings = _settings(
+        func, threshold, min_length, max_length, flank, sign, n_bins, max_fdr,
+        controls is not None,
+    )  # fmt: skip
+    X = _projected(func, "attributions", attributions, one_hot, "one_hot")
+    _check_length(func, "attributions", X.shape[1], settings)
+    control_blocks = None
+    if isinstance(controls, (str, os.PathLike)):
+        source = _TracksSource.open(controls, None, None, func, "controls")
+        if len(source.targets) != 1:
+            raise parameter_error(
+                func, "controls", "a tracks file of one target", os.fspath(controls),
+                "Pass the control tracks of the target as an array.", described=True,
+            )  # fmt: skip
+        _check_length(func, "controls", source.length, settings)
+        control_blocks = source.blocks
+    elif controls is not None:
+        C = _projected(func, "controls", controls, control_one_hot, "control_one_hot")
+        _check_length(func, "controls", C.shape[1], settings)
+        control_blocks = _array_blocks(C)
+    return next(_generate(_array_blocks(X), control_blocks, [0], settings))
 
 
 def iter_seqlets(
     path: str | os.PathLike[str],
     *,
-    target: int | None = None,
-    block_size: int = 1024,
+    target: int | list[int] | None = None,
+    block_size: int | None = None,
     threshold: float = 0.01,
     min_length: int = 4,
     max_length: int = 25,
@@ -534,5 +770,59 @@ def iter_seqlets(
     max_fdr: float | None = None,
     n_bins: int = 1000,
 ) -> Iterator[Seqlets]:
-    """Call seqlets on a tracks file block by block (see :func:`seqlets`)."""
-    raise NotImplementedError
+    """Call seqlets on a tracks file block by block: the seqlets of each block of rows.
+
+    Use this on a tracks file of any size (host memory holds one block); :func:`seqlets` is the
+    same method on an array, and gives the same seqlets. The p-values need the distribution of
+    the whole file, so the file is read in passes: the range of its values, their histogram,
+    (with controls, the seqlets of the tracks and of the controls), then the seqlets, block by
+    block. Hypothetical contributions are projected on the file's one-hot sequences (ISM
+    scores after centring each position on its mean, as the exports do).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A tracks file written with ``out=`` (its completed rows are read).
+    target : int or list of int, optional
+        The target(s) of the file to call seqlets on (the file's ``targets`` values); default:
+        all of them. Each target has its own null.
+    block_size : int, optional
+        Rows per block; default: as many as hold 64 MiB of contributions.
+    threshold, min_length, max_length, flank, sign, max_fdr, n_bins
+        As in :func:`seqlets`.
+    controls : path or array of shape (M, L', 4) or (M, L'), optional
+        Control tracks (see :func:`seqlets`): a tracks file holding the chosen targets, or an
+        array when one target is chosen.
+    control_one_hot : array of shape (M, L', 4), optional
+        The sequences of array controls, to project (M, L', 4) contributions.
+
+    Yields
+    ------
+    Seqlets
+        The seqlets of one block of rows, in order of example (the file's row), target, start
+        and sign (positive first).
+    """
+    func = "iter_seqlets"
+    settings = _settings(
+        func, threshold, min_length, max_length, flank, sign, n_bins, max_fdr,
+        controls is not None,
+    )  # fmt: skip
+    source = _TracksSource.open(path, target, block_size, func, "path")
+    _check_length(func, "path", source.length, settings)
+    control_blocks = None
+    if isinstance(controls, (str, os.PathLike)):
+        control = _TracksSource.open(controls, source.targets, block_size, func, "controls")
+        _check_length(func, "controls", control.length, settings)
+        control_blocks = control.blocks
+    elif controls is not None:
+        if len(source.targets) != 1:
+            raise parameter_error(
+                func, "controls", "a tracks file when several targets are chosen",
+                "an array", "Pass a control tracks file, or choose one target.", described=True,
+            )  # fmt: skip
+        C = _projected(func, "controls", controls, control_one_hot, "control_one_hot")
+        _check_length(func, "controls", C.shape[1], settings)
+        control_blocks = _array_blocks(C)
+    if source.rows == 0:
+        return iter(())
+    return _generate(source.blocks, control_blocks, source.targets, settings)
