@@ -19,6 +19,8 @@ _EXTRAS = {
     "pyarrow.csv": "parquet",
     "pyarrow.parquet": "parquet",
     "pandas": "",
+    "memelite": "motifs",
+    "numba": "motifs",
 }
 
 

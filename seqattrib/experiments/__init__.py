@@ -3,9 +3,9 @@ rows on the engine."""
 
 from __future__ import annotations
 
+from ..motifs.meme import read_meme
 from .ablate import ablate, tile_shuffle
 from .dependency import dependency_map
-from .edits import read_meme
 from .marginalize import marginalize
 from .space import space
 

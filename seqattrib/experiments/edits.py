@@ -9,8 +9,6 @@ of the engine.
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -189,64 +187,3 @@ def shuffled_window(
     draw = dinucleotide_shuffle if how == "dinuc_shuffle" else shuffle
     rows[:, start:end] = draw(x_nlc[start:end], n_shuffles, rng)
     return rows
-
-
-def read_meme(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """The motifs of a MEME-format file, by name.
-
-    Parameters
-    ----------
-    path : str or path
-        A MEME motif file (JASPAR, HOCOMOCO and MEME-suite exports): ``MOTIF name [alt]``
-        lines, each followed by a ``letter-probability matrix`` of ``w`` rows of 4 numbers in
-        ``ACGT`` order.
-
-    Returns
-    -------
-    dict of str to array of shape (width, 4)
-        Probability matrices in file order (their consensus is what the experiments insert).
-    """
-    func = "read_meme"
-    try:
-        with open(path) as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise parameter_error(
-            func, "path", "a readable MEME motif file", os.fspath(path), str(exc).split("] ")[-1]
-        ) from None
-    motifs: dict[str, np.ndarray] = {}
-    i = 0
-    while i < len(lines):
-        words = lines[i].split()
-        i += 1
-        if len(words) < 2 or words[0] != "MOTIF":
-            continue
-        name = words[1]
-        while i < len(lines) and "letter-probability" not in lines[i]:
-            if lines[i].startswith("MOTIF"):
-                break
-            i += 1
-        if i == len(lines) or lines[i].startswith("MOTIF"):
-            raise parameter_error(
-                func, "path", "a MEME file whose every motif has a letter-probability matrix",
-                f"motif {name!r} without one in {os.fspath(path)!r}", described=True,
-            )  # fmt: skip
-        found = re.search(r"w=\s*(\d+)", lines[i])
-        i += 1
-        rows: list[list[float]] = []
-        while i < len(lines) and (found is None or len(rows) < int(found.group(1))):
-            values = lines[i].split()
-            if len(values) != 4:
-                if found is None and rows:
-                    break
-                i += 1
-                continue
-            rows.append([float(v) for v in values])
-            i += 1
-        motifs[name] = np.asarray(rows, dtype=np.float32).reshape(-1, 4)
-    if not motifs:
-        raise parameter_error(
-            func, "path", "a MEME file with at least one MOTIF", os.fspath(path),
-            "Export the motifs in MEME format (e.g. from JASPAR or HOCOMOCO).",
-        )  # fmt: skip
-    return motifs

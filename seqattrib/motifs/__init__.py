@@ -1,0 +1,23 @@
+"""From attribution tracks to motifs: seqlets, their names in a motif database, and motif
+instances with genome coordinates.
+
+Only numpy is imported here; memelite (TOMTOM) and h5py when first used.
+"""
+
+from __future__ import annotations
+
+from .annotate import Matches, annotate, seqlet_matrices
+from .meme import Motif, read_meme, read_motifs
+from .seqlets import Seqlets, iter_seqlets, seqlets
+
+__all__ = [
+    "Matches",
+    "Motif",
+    "Seqlets",
+    "annotate",
+    "iter_seqlets",
+    "read_meme",
+    "read_motifs",
+    "seqlet_matrices",
+    "seqlets",
+]
