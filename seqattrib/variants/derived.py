@@ -4,11 +4,13 @@ once per job, before its rows, by the job's own scoring."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._errors import SeqAttribWarning, user_stacklevel
 from .catalog import Catalog
 from .null import NullScores, draw_null
 from .quantiles import PeakQuantiles, peak_table, peak_windows, peaks_fingerprint
@@ -25,6 +27,26 @@ Rescore = Callable[[Any, dict[str, list[Any]]], "VariantEffects"]
 def _columns(values: np.ndarray) -> np.ndarray:
     """(n,) or (n, K) as (n, K)."""
     return values.reshape(len(values), -1)
+
+
+def _quietly(rescore: Rescore, genome: Any, table: dict[str, list[Any]]) -> VariantEffects:
+    """``rescore`` without its warnings: they would name the null's and the peaks' made-up
+    variants; the job's own run warns about its rows."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SeqAttribWarning)
+        return rescore(genome, table)
+
+
+def _check_finite(scores: Mapping[str, np.ndarray], n_null: int, func: str) -> None:
+    for name, values in scores.items():
+        finite = int(np.isfinite(values).all(axis=1).sum())
+        if finite < n_null:
+            warnings.warn(
+                f"{func}: pvalue_{name} counts {finite} of the {n_null} null draws: the "
+                f"others' {name} is NaN (a prediction that is not positive).",
+                SeqAttribWarning,
+                stacklevel=user_stacklevel(),
+            )
 
 
 def derived_columns(
@@ -51,12 +73,14 @@ def derived_columns(
     settings: dict[str, Any] = {"null": None, "peaks": None}
     if null is not None:
         drawn = draw_null(null, n_null, found, genome, sizes, length, pad, seed, fingerprints, func)
-        result = rescore(drawn.contigs, drawn.table)
-        parts.append(NullScores({s: _columns(v) for s, v in result.scores.items()}))
+        result = _quietly(rescore, drawn.contigs, drawn.table)
+        scores = {s: _columns(v) for s, v in result.scores.items()}
+        _check_finite(scores, n_null, func)
+        parts.append(NullScores(scores))
         settings["null"] = {"kind": null, "n_null": n_null, "random_state": seed}
     if peaks is not None:
         windows = peak_windows(peaks, sizes, length, pad, func)
-        result = rescore(genome, peak_table(windows, genome, length))
+        result = _quietly(rescore, genome, peak_table(windows, genome, length))
         parts.append(PeakQuantiles(_columns(result.predictions["ref"])))
         settings["peaks"] = {"n_peaks": len(windows), "fingerprint": peaks_fingerprint(windows)}
     if not parts:

@@ -284,9 +284,12 @@ def empirical_pvalues(observed: np.ndarray, ranked: np.ndarray) -> np.ndarray:
     Returns
     -------
     array of float32, shape (n,)
-        ``(1 + #{|null| >= |observed|}) / (m + 1)``; NaN where ``observed`` is NaN.
+        ``(1 + #{|null| >= |observed|}) / (m + 1)``; NaN where ``observed`` is NaN, or
+        everywhere when m is 0.
     """
     value = np.abs(observed.astype(np.float64))
+    if not len(ranked):  # no finite null score: no p-value
+        return np.full(len(value), np.nan, np.float32)
     above = len(ranked) - np.searchsorted(ranked, value, side="left")
     p = (1.0 + above) / (len(ranked) + 1.0)
     return np.where(np.isnan(value), np.nan, p).astype(np.float32)

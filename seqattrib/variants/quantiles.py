@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import SeqAttribWarning, parameter_error
+from .._errors import SeqAttribWarning, parameter_error, user_stacklevel
 from ..io.regions import Regions, read_regions
 from .null import genome_fetcher
 from .windows import centre
@@ -87,7 +87,7 @@ def peak_windows(peaks: Any, sizes: Mapping[str, int], length: int, pad: int, fu
             f"{func}: {int((~fits).sum())} of {len(fits)} peaks left out of the peak quantiles: "
             f"their windows of {length} bases (and shifts) run past a chromosome end.",
             SeqAttribWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     if not fits.any():
         raise parameter_error(
