@@ -1,0 +1,269 @@
+"""Motif instances from a tracks file: genome coordinates, BED6, resume, fingerprints, lock,
+empty results and bad inputs."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import seqattrib as sa
+from seqattrib._errors import SeqAttribWarning
+from seqattrib.io import lock as _lock
+from seqattrib.io import read_tracks
+from seqattrib.motifs import instances as instances_module
+from seqattrib.motifs import motif_instances, read_instances, seqlets
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("memelite")
+
+GATA = "AGATAAGG"
+LENGTH = 100
+N = 14
+
+
+def _database(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    out = {}
+    for i in range(30):
+        pwm = rng.dirichlet(np.full(4, 0.3), size=int(rng.integers(6, 13)))
+        out[f"M{i:02d}"] = pwm
+    gata = np.full((len(GATA), 4), 0.02)
+    gata[np.arange(len(GATA)), ["ACGT".index(b) for b in GATA]] = 0.94
+    out["GATA1"] = gata
+    return out
+
+
+def _write_meme(path, motifs) -> str:
+    text = "MEME version 4\n\nALPHABET= ACGT\n\n"
+    for name, pwm in motifs.items():
+        text += f"MOTIF {name}\nletter-probability matrix: alength= 4 w= {len(pwm)}\n"
+        text += "".join(" ".join(f"{v:.6f}" for v in row) + "\n" for row in pwm) + "\n"
+    path.write_text(text)
+    return str(path)
+
+
+class _Linear(torch.nn.Module):
+    """f_k(x) = sum(W_k * x): its gradient, the saliency, is W_k for every sequence."""
+
+    def __init__(self, weights: np.ndarray) -> None:
+        super().__init__()
+        self.register_buffer("w", torch.tensor(weights, dtype=torch.float32))
+
+    def forward(self, x):
+        return torch.einsum("nlc,klc->nk", x, self.w)
+
+
+def _one_hot(rng, sites):
+    letters = rng.integers(0, 4, size=(N, LENGTH))
+    for start, motif in sites:
+        letters[:, start : start + len(motif)] = ["ACGT".index(b) for b in motif]
+    return np.eye(4, dtype=np.float32)[letters]
+
+
+def _make_tracks(path, *, regions=True, scale=1.0, seed=0):
+    """GATA at 20 (plus strand) and its reverse complement at 60 in every sequence; the
+    weights of target 0 reward those bases there, target 1 has small noise only."""
+    rng = np.random.default_rng(seed)
+    rc = GATA[::-1].translate(str.maketrans("ACGT", "TGCA"))
+    X = _one_hot(rng, [(20, GATA), (60, rc)])
+    w = rng.normal(0, 0.02, size=(2, LENGTH, 4))
+    for start, motif in ((20, GATA), (60, rc)):
+        for i, base in enumerate(motif):
+            w[0, start + i, "ACGT".index(base)] = 1.0
+    w *= scale
+    kwargs = {}
+    if regions:
+        # two chromosomes, not in sorted order, so the BED must sort them
+        chrom = ["chr2" if i % 3 else "chr10" for i in range(N)]
+        start = 10_000 + 1000 * np.arange(N)[::-1]
+        kwargs["regions"] = SimpleNamespace(chrom=chrom, start=start, end=start + LENGTH)
+    sa.saliency(_Linear(w), X, target=[0, 1], out=path, **kwargs)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("instances")
+    rng = np.random.default_rng(7)
+    return SimpleNamespace(
+        folder=folder,
+        tracks=_make_tracks(folder / "tracks.h5"),
+        meme=_write_meme(folder / "db.meme", _database(rng)),
+    )
+
+
+SETTINGS = dict(threshold=0.01, min_length=4, max_length=15, n_jobs=1)
+
+
+def _bed_records(path):
+    """The lines of a BED6 file, checked against the format's definition."""
+    records = []
+    for line in open(path, encoding="ascii"):
+        fields = line.rstrip("\n").split("\t")
+        assert len(fields) == 6, line
+        chrom, start, end, name, score, strand = fields
+        assert re.fullmatch(r"[A-Za-z0-9_.:\-]+", chrom), chrom
+        assert re.fullmatch(r"\d+", start) and re.fullmatch(r"\d+", end)
+        assert int(start) < int(end)
+        assert re.fullmatch(r"[\x21-\x7e]{1,255}", name), name
+        assert re.fullmatch(r"\d+", score) and 0 <= int(score) <= 1000
+        assert strand in ("+", "-", ".")
+        records.append((chrom, int(start), int(end), name, int(score), strand))
+    assert records == sorted(records, key=lambda r: (r[0], r[1])), "not sorted by chrom, start"
+    return records
+
+
+def test_genome_coordinates_are_region_start_plus_position(files, tmp_path):
+    result = motif_instances(files.tracks, files.meme, out=tmp_path / "m.bed", **SETTINGS)
+    table = read_instances(result.tsv)
+    tracks = read_tracks(files.tracks)
+    want = []
+    for k, target in enumerate((0, 1)):
+        calls = seqlets(
+            tracks.attributions[:, k],
+            tracks.sequences,
+            threshold=0.01,
+            min_length=4,
+            max_length=15,
+        )
+        for i in range(len(calls)):
+            row = int(calls.example[i])
+            offset = int(tracks.regions.start[row])
+            chrom = tracks.regions.chrom[row]
+            want.append(
+                (row, target, chrom, offset + int(calls.start[i]), offset + int(calls.end[i]))
+            )
+    got = list(zip(table.example, table.target, table.chrom, table.start, table.end, strict=True))
+    assert sorted(got) == sorted(want) and len(got) == result.n_seqlets > 0
+    assert (table.region_start + 20 <= table.start).any()
+    # the planted GATA sites of target 0 are named on their strand
+    position = table.start - table.region_start
+    sites = table[(table.target == 0) & (position < 28) & (position + table.end - table.start > 20)]
+    assert len(sites) == N and set(sites.name) == {"GATA1"} and set(sites.strand) == {"+"}
+    minus = table[(table.target == 0) & (position < 68) & (position + table.end - table.start > 60)]
+    assert len(minus) == N and set(minus.name) == {"GATA1"} and set(minus.strand) == {"-"}
+    bed = _bed_records(result.bed)
+    assert sorted(bed) == sorted(
+        zip(table.chrom, table.start, table.end, table.name, table.score, table.strand, strict=True)
+    )
+    summary = open(result.summary).read().splitlines()
+    assert summary[0] == "target\tname\tcount" and f"0\tGATA1\t{2 * N}" in summary
+
+
+def test_the_bed_loads_in_a_tabix_index(files, tmp_path):
+    pysam = pytest.importorskip("pysam")
+    result = motif_instances(files.tracks, files.meme, out=tmp_path / "m.bed", **SETTINGS)
+    indexed = pysam.tabix_index(result.bed, preset="bed", keep_original=True)
+    with pysam.TabixFile(indexed, parser=pysam.asBed()) as bed:
+        assert sorted(bed.contigs) == ["chr10", "chr2"]
+        records = [(r.contig, r.start, r.end, r.name, int(r.score), r.strand) for r in bed.fetch()]
+    assert records == _bed_records(result.bed)
+
+
+def test_resume_after_an_interruption_equals_an_uninterrupted_run(files, tmp_path, monkeypatch):
+    whole = motif_instances(
+        files.tracks, files.meme, out=tmp_path / "whole.bed", block_size=4, **SETTINGS
+    )
+    calls = []
+    real = instances_module._rows
+
+    def dies_in_the_third_block(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(instances_module, "_rows", dies_in_the_third_block)
+    with pytest.raises(KeyboardInterrupt):
+        motif_instances(
+            files.tracks, files.meme, out=tmp_path / "cut.bed", block_size=4, **SETTINGS
+        )
+    monkeypatch.setattr(instances_module, "_rows", real)
+    cut = tmp_path / "cut.tsv"
+    assert cut.read_text().rstrip("\n").endswith("#done 8")
+    with open(cut, "a") as handle:  # a killed writer's half block
+        handle.write("chr2\t100\t2")
+    resumed = motif_instances(
+        files.tracks, files.meme, out=tmp_path / "cut.bed", block_size=3, **SETTINGS
+    )
+    body = [line for line in open(resumed.tsv) if not line.startswith("#done")]
+    assert body == [line for line in open(whole.tsv) if not line.startswith("#done")]
+    assert open(resumed.bed).read() == open(whole.bed).read()
+    assert open(resumed.summary).read() == open(whole.summary).read()
+
+
+def test_other_settings_or_inputs_are_refused_unless_overwrite(files, tmp_path):
+    out = tmp_path / "m.bed"
+    motif_instances(files.tracks, files.meme, out=out, **SETTINGS)
+    with pytest.raises(ValueError, match="threshold=0.01 .now 0.001.") as info:
+        motif_instances(files.tracks, files.meme, out=out, **{**SETTINGS, "threshold": 1e-3})
+    assert "\n" not in str(info.value) and "overwrite=True" in str(info.value)
+    other = _write_meme(tmp_path / "other.meme", _database(np.random.default_rng(8)))
+    with pytest.raises(ValueError, match="another motif file"):
+        motif_instances(files.tracks, other, out=out, **SETTINGS)
+    other_tracks = _make_tracks(tmp_path / "other.h5", seed=3)
+    with pytest.raises(ValueError, match="another tracks file"):
+        motif_instances(other_tracks, files.meme, out=out, **SETTINGS)
+    result = motif_instances(files.tracks, other, out=out, overwrite=True, **SETTINGS)
+    assert read_instances(result.tsv).attrs["settings"]["motifs"] is not None
+    foreign = tmp_path / "foreign.bed"
+    foreign.write_text("chr1\t1\t2\n")
+    with pytest.raises(FileExistsError, match="'out' parameter of motif_instances"):
+        motif_instances(files.tracks, files.meme, out=foreign, **SETTINGS)
+
+
+def test_a_second_writer_is_refused(files, tmp_path):
+    out = tmp_path / "m.bed"
+    held = _lock.acquire(str(out), "another run")
+    try:
+        with pytest.raises(BlockingIOError, match="no other process is writing"):
+            motif_instances(files.tracks, files.meme, out=out, **SETTINGS)
+    finally:
+        held.release()
+    assert not (tmp_path / "m.tsv").exists()
+
+
+def test_no_seqlets_give_empty_tables_and_a_warning(tmp_path, files):
+    flat = _make_tracks(tmp_path / "flat.h5", scale=0.0)
+    with pytest.warns(SeqAttribWarning, match="No seqlets were found"):
+        result = motif_instances(flat, files.meme, out=tmp_path / "m.bed", **SETTINGS)
+    assert result.n_seqlets == 0
+    assert open(result.bed).read() == ""
+    assert open(result.summary).read() == "target\tname\tcount\n"
+    assert len(read_instances(result.tsv)) == 0
+
+
+def test_without_regions_genome_coordinates_are_refused_and_positions_given(tmp_path, files):
+    bare = _make_tracks(tmp_path / "bare.h5", regions=False)
+    with pytest.raises(ValueError, match="'tracks' parameter of motif_instances") as info:
+        motif_instances(bare, files.meme, out=tmp_path / "m.bed", **SETTINGS)
+    assert "coordinates='sequence'" in str(info.value) and "\n" not in str(info.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = motif_instances(
+            bare, files.meme, out=tmp_path / "m.bed", coordinates="sequence", **SETTINGS
+        )
+    table = read_instances(result.tsv)
+    assert "chrom" not in table and set(table.start[table.target == 0]) >= {20, 60}
+    assert {r[0] for r in _bed_records(result.bed)} <= {str(i) for i in range(N)}
+
+
+def test_bad_motif_file_and_keywords_are_one_line_errors(files, tmp_path):
+    bad = tmp_path / "bad.meme"
+    bad.write_text("MEME version 4\n\nALPHABET= ACDEFGHIKLMNPQRSTVWY\n")
+    with pytest.raises(ValueError, match="line 3 declares the alphabet"):
+        motif_instances(files.tracks, bad, out=tmp_path / "m.bed", **SETTINGS)
+    with pytest.raises(TypeError, match="'treshold' parameter of motif_instances"):
+        motif_instances(files.tracks, files.meme, out=tmp_path / "m.bed", treshold=0.1)
+    with pytest.raises(ValueError, match="'coordinates' parameter"):
+        motif_instances(files.tracks, files.meme, out=tmp_path / "m.bed", coordinates="chrom")
+    assert not (tmp_path / "m.tsv").exists()
+
+
+def test_without_motifs_seqlets_are_unnamed(files, tmp_path):
+    result = motif_instances(files.tracks, None, out=tmp_path / "m.bed", **SETTINGS)
+    table = read_instances(result.tsv)
+    assert len(table) > 0 and set(table.name) == {"seqlet"} and set(table.strand) == {"."}
