@@ -46,6 +46,18 @@ class Record:
 Records = Callable[[], Iterator[Record]]
 
 
+@dataclass(frozen=True)
+class VcfRecords:
+    """The records of a VCF or BCF file, each call from the first one (``path`` is the file:
+    a VCF output keeps each record's own fields)."""
+
+    path: str
+    func: str
+
+    def __call__(self) -> Iterator[Record]:
+        return _vcf_records(self.path, self.func)
+
+
 def describe(variants: Any) -> str:
     """A short name of the input for messages and file settings."""
     if isinstance(variants, (str, os.PathLike)):
@@ -69,7 +81,7 @@ def open_records(variants: Any, func: str) -> Records:
         if lower.endswith(VCF_SUFFIXES):
             import_optional("pysam")
             _check_compression(path, func)
-            return lambda: _vcf_records(path, func)
+            return VcfRecords(path, func)
         if lower.endswith(TABLE_SUFFIXES):
             header = _table_header(path, func)
             return lambda: _file_records(path, header, func)

@@ -5,7 +5,8 @@ the header, then one line per variant, in the order of the input (multi-allelic 
 Each block of finished variants is appended and flushed whole; a killed run leaves complete lines
 (a cut last line is dropped on resume), and a rerun with the same settings continues after the
 last one. A ``.parquet`` output streams into ``OUT.partial.tsv`` the same way and becomes the
-Parquet file (settings in its schema metadata) when every variant is in. One run writes a table
+Parquet file (settings in its schema metadata) when every variant is in; a ``.vcf``,
+``.vcf.gz`` or ``.bcf`` output likewise becomes a VCF (``vcf_output``). One run writes a table
 at a time (the lock of ``seqattrib.io.lock``); merging shards only reads them.
 
 A table is resumed, reused or merged only when it was written for the same job: the same
@@ -32,6 +33,7 @@ from .._optional import import_optional
 from .._validation import first_difference
 from ..io import lock as _lock
 from ..io.tracks import disk_error, write_error
+from . import vcf_output
 from .catalog import Skipped, VariantStream
 
 FORMAT = "seqattrib.variant_effects/1"
@@ -76,7 +78,8 @@ def compared_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def columns(targets: Sequence[int], scores: Sequence[str]) -> list[str]:
-    """Column names: the identity, then predictions and scores per target."""
+    """Column names: the identity, then predictions, scores and derived columns (``scores``
+    holds both) per target."""
     quantities = ["ref", "alt", *scores]
     return [*IDENTITY] + [f"{q}_{t}" for q in quantities for t in targets]
 
@@ -86,11 +89,17 @@ def companion(path: str | os.PathLike[str], kind: str) -> str:
     ``.h5``) or ``"skipped"`` (``.tsv``)."""
     p = Path(path)
     suffix = ".tsv" if kind == "skipped" else ".h5"
-    return str(p.with_name(f"{p.stem}.{kind}{suffix}"))
+    stem = p.name[: -len(".vcf.gz")] if p.name.lower().endswith(".vcf.gz") else p.stem
+    return str(p.with_name(f"{stem}.{kind}{suffix}"))
 
 
 def _is_parquet(path: str) -> bool:
     return path.lower().endswith(".parquet")
+
+
+def _converted(path: str) -> bool:
+    """Whether a table is written as text first and converted when finished (Parquet, VCF)."""
+    return _is_parquet(path) or vcf_output.is_vcf(path)
 
 
 def _settings_line(settings: dict[str, Any]) -> str:
@@ -99,7 +108,9 @@ def _settings_line(settings: dict[str, Any]) -> str:
 
 def _read_settings(path: str) -> dict[str, Any] | None:
     """The settings of an effects table (None: not one)."""
-    if _is_parquet(path) and not path.endswith(".partial.tsv"):
+    if vcf_output.is_vcf(path):
+        return vcf_output.read_settings(path)
+    if _is_parquet(path):
         pa = import_optional("pyarrow")
         pq = import_optional("pyarrow.parquet")
         try:
@@ -179,7 +190,8 @@ class Reading:
 
 
 def expected_columns(settings: dict[str, Any]) -> list[str] | None:
-    """The columns a table's settings name (None: settings that name none)."""
+    """The columns a table's settings name (None: settings that name none); its ``scores``
+    are every column after ref and alt (scores, then derived columns: p-values, quantiles)."""
     targets, scores = settings.get("targets"), settings.get("scores")
     if not (isinstance(targets, list) and targets and isinstance(scores, list)):
         return None
@@ -334,12 +346,14 @@ class EffectsWriter:
         self.settings = settings
         if path is None:
             return
-        self.text = path + ".partial.tsv" if _is_parquet(path) else path
+        self.text = path + ".partial.tsv" if _converted(path) else path
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise parameter_error(
                 func, "out", "a path in an existing folder", path, f"Create {directory} first."
             )
+        if vcf_output.is_vcf(path):
+            import_optional("pysam")
         held = _lock.acquire(path, func)
         if held is None:
             self._reuse_read_only(overwrite)
@@ -357,12 +371,12 @@ class EffectsWriter:
         """Under the lock: start the table, or take up the one there to resume it."""
         path = cast(str, self.path)
         if overwrite:
-            for p in (path, self.text):
+            for p in (path, self.text, *vcf_output.indexes(path)):
                 if os.path.exists(p):
                     os.remove(p)
-        if os.path.exists(path) and _is_parquet(path):
+        if os.path.exists(path) and _converted(path):
             self._check_settings(path)
-            self._check_parquet(path)
+            self._check_finished(path)
             self.n_completed = self.n_variants  # finished: the leftover text goes in close
             return
         if os.path.exists(self.text):
@@ -396,12 +410,12 @@ class EffectsWriter:
         path = cast(str, self.path)
         folder = os.path.dirname(os.path.abspath(path))
         if not overwrite:
-            if os.path.exists(path) and _is_parquet(path):
+            if os.path.exists(path) and _converted(path):
                 self._check_settings(path)
-                self._check_parquet(path)
+                self._check_finished(path)
                 self.n_completed = self.n_variants
                 return
-            if os.path.exists(self.text) and not _is_parquet(path):
+            if os.path.exists(self.text) and not _converted(path):
                 self._check_settings(self.text)
                 self.n_completed = self._check_text()
                 if self.n_completed == self.n_variants:
@@ -473,20 +487,40 @@ class EffectsWriter:
         self._check_identity(self.text, done - len(block), block)
         return done
 
-    def _check_parquet(self, path: str) -> None:
-        """A finished Parquet table to reuse: each row names this job's variant at its place."""
+    def _finished_identity(self, path: str) -> Iterator[list[list[str]]]:
+        """Blocks of the identity fields of a finished Parquet or VCF table, as a TSV table of
+        this job writes them."""
+        if _is_parquet(path):
+            for batch in parquet_batches(path, self.names, self._reading()):
+                yield [
+                    [escape(r["chrom"]), str(r["pos"]), escape(r["id"]), r["ref"], r["alt"]]
+                    for r in batch.select(list(IDENTITY)).to_pylist()
+                ]
+            return
+        from .records import VcfRecords
+
+        # a VCF input's records are written as they are; a table input's chromosome names and
+        # ids percent-encoded as VCF fields
+        raw = isinstance(self.stream.records, VcfRecords)
+        block: list[list[str]] = []
+        for fields, _ in vcf_output.vcf_rows(path, self.names, self._reading()):
+            chrom, pos, id_, ref, alt = fields if raw else map(vcf_output.unescape, fields)
+            block.append([escape(chrom), pos, escape(id_), ref, alt])
+            if len(block) == _CHECK_BLOCK:
+                yield block
+                block = []
+        yield block
+
+    def _check_finished(self, path: str) -> None:
+        """A finished Parquet or VCF table to reuse: each row names this job's variant at its
+        place."""
         done, more = 0, False
-        for batch in parquet_batches(path, self.names, self._reading()):
-            rows = batch.select(list(IDENTITY)).to_pylist()
-            if done + len(rows) > self.n_variants:
+        for identity in self._finished_identity(path):
+            if done + len(identity) > self.n_variants:
                 more = True
                 break
-            identity = [
-                [escape(r["chrom"]), str(r["pos"]), escape(r["id"]), r["ref"], r["alt"]]
-                for r in rows
-            ]
             self._check_identity(path, done, identity)
-            done += len(rows)
+            done += len(identity)
         if not more and done == self.n_variants:
             return
         raise parameter_error(
@@ -563,7 +597,8 @@ class EffectsWriter:
             self._lock = None
 
     def close(self) -> None:
-        """Close the file and release its lock; a Parquet output is made once every row is in."""
+        """Close the file and release its lock; a Parquet or VCF output is made once every row
+        is in."""
         fd, self._fd = self._fd, None
         try:
             if fd is not None:
@@ -574,24 +609,41 @@ class EffectsWriter:
                         self.func, self.text, "closing the file", exc, self.n_completed
                     ) from exc
             if self._lock is not None and self.n_completed == self.n_variants:
-                self._finish_parquet()
+                self._finish()
         finally:
             self._release()
 
-    def _finish_parquet(self) -> None:
-        """Under the lock, all rows in: the text table becomes the Parquet file."""
+    def _finish(self) -> None:
+        """Under the lock, all rows in: the text table becomes the Parquet or VCF file."""
         path = self.path
-        if path is None or not _is_parquet(path) or not os.path.exists(self.text):
+        if path is None or not _converted(path) or not os.path.exists(self.text):
             return
-        if not os.path.exists(path):  # else a run killed before removing the text made it
-            try:
+        vcf = vcf_output.is_vcf(path)
+        try:
+            if vcf and os.path.exists(path):  # a run killed before removing the text made it
+                if not any(os.path.exists(p) for p in vcf_output.indexes(path)):
+                    vcf_output.make_index(path, self.func)
+            elif vcf:
+                rows = text_rows(self.text, self.names, self._reading())
+                vcf_output.to_vcf(
+                    (fields[len(IDENTITY) :] for _, fields, _ in rows),
+                    path,
+                    self.settings,
+                    self.stream,
+                    self.offset,
+                    self.n_variants,
+                    self.names[len(IDENTITY) :],
+                    self.func,
+                )
+            elif not os.path.exists(path):
                 to_parquet(self.text, path, self.settings)
-            except OSError as exc:
-                if os.path.exists(path + ".new"):
-                    os.remove(path + ".new")
-                raise write_error(
-                    self.func, self.text, "converting it to Parquet", exc, self.n_completed
-                ) from exc
+        except OSError as exc:
+            if os.path.exists(path + ".new"):
+                os.remove(path + ".new")
+            kind = "a VCF" if vcf else "Parquet"
+            raise write_error(
+                self.func, self.text, f"converting it to {kind}", exc, self.n_completed
+            ) from exc
         os.remove(self.text)
 
     def result(self) -> Any:
@@ -674,7 +726,7 @@ class EffectsTable:
 
 
 def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
-    """Read a variant effects table (TSV or Parquet) written by ``variant_effects``.
+    """Read a variant effects table (TSV, Parquet or VCF) written by ``variant_effects``.
 
     In a TSV table, a chromosome name or id that holds ``%``, a tab, a newline or a carriage
     return is written percent-encoded (``%25``, ``%09``, ``%0A``, ``%0D``, as VCF 4.3 encodes
@@ -683,6 +735,10 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
     written gives its complete rows. A damaged table (a header or a line that is not what
     ``variant_effects`` writes, a Parquet file that fails its checksums) is an error naming
     the file and the line.
+
+    A VCF table (``.vcf``, ``.vcf.gz``, ``.bcf``) gives one row per ALT allele with values (the
+    INFO keys ``SA_<column>``), in the file's order; percent codes of its chromosome names and
+    ids (``%3B``, ``%20``, ...) are decoded.
 
     Parameters
     ----------
@@ -718,7 +774,16 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
     if names is None:
         raise reading.damaged(path, "whose settings name no targets and scores")
     identity: list[list[Any]] = [[] for _ in IDENTITY]
-    if _is_parquet(path):
+    if vcf_output.is_vcf(path):
+        rows: list[list[float]] = []
+        for fields, parsed in vcf_output.vcf_rows(path, names, reading):
+            for i, value in enumerate(fields):
+                identity[i].append(value)
+            rows.append(parsed)
+        for i in (IDENTITY.index("chrom"), IDENTITY.index("id")):
+            identity[i] = [vcf_output.unescape(v) for v in identity[i]]
+        values = np.array(rows, dtype=np.float64).reshape(len(rows), len(names) - len(IDENTITY))
+    elif _is_parquet(path):
         numbers: list[np.ndarray] = []
         for batch in parquet_batches(path, names, reading):
             for i, column in enumerate(batch.columns[: len(IDENTITY)]):
@@ -727,7 +792,7 @@ def read_effects(path: str | os.PathLike[str]) -> EffectsTable:
             numbers.append(np.stack([c.to_numpy(zero_copy_only=False) for c in floats], axis=1))
         values = np.concatenate(numbers) if numbers else np.zeros((0, len(names) - 5))
     else:
-        rows: list[list[float]] = []
+        rows = []
         for _, fields, parsed in text_rows(path, names, reading):
             for i, value in enumerate(fields[: len(IDENTITY)]):
                 identity[i].append(value)

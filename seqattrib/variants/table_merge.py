@@ -14,6 +14,7 @@ from .._optional import import_optional
 from ..io.lock import acquire
 from ..io.tracks import disk_error
 from ..shards import check_complete, check_coverage, check_same_settings
+from . import vcf_output
 from .table import (
     IDENTITY,
     Reading,
@@ -50,9 +51,12 @@ def merge_effects(
     Parameters
     ----------
     shards : sequence of paths
-        Every shard table of the job, in any order (TSV or Parquet).
+        Every shard table of the job, in any order (TSV, Parquet or VCF).
     out : path
-        The merged table (TSV, or Parquet by its suffix), as if one process had written it.
+        The merged table (TSV, or Parquet or VCF by its suffix), as if one process had
+        written it. A VCF (``.vcf``, ``.vcf.gz``, ``.bcf``) is merged from VCF shards: their
+        records in order, a multi-allelic record whose ALT alleles two shards share written
+        once with the values of both.
     overwrite : bool
         Replace an existing ``out``.
 
@@ -84,7 +88,7 @@ def merge_effects(
                 "overwrite=True).",
                 described=True,
             )
-        check_complete(func, path, _rows(path), span, "variant")
+        check_complete(func, path, _rows(path, settings), span, "variant")
         infos.append((span, settings, path))
     infos.sort(key=lambda info: info[0]["start"])
     common = {k: v for k, v in infos[0][1].items() if k not in _PER_SHARD}
@@ -101,6 +105,15 @@ def merge_effects(
         )
     check_coverage(func, [(path, span) for span, _, path in infos], infos[0][0]["total"], "variant")
     paths = [path for _, _, path in infos]
+    if vcf_output.is_vcf(out) and not all(vcf_output.is_vcf(p) for p in paths):
+        raise parameter_error(
+            func,
+            "out",
+            "a TSV or Parquet table when the shards are not all VCF tables",
+            f"{out!r}, from {next(p for p in paths if not vcf_output.is_vcf(p))!r}",
+            "Name a .tsv or .parquet out, or write every shard as a VCF (out=...vcf.gz).",
+            described=True,
+        )
     kinds = _companion_kinds(paths, out, overwrite, func)
     held = acquire(out, func, "out")  # one writer of the merged table, as of every table
     if held is None:
@@ -110,6 +123,13 @@ def merge_effects(
     text = out + ".partial.tsv" if _is_parquet(out) else out + ".partial"
     try:
         try:
+            if vcf_output.is_vcf(out):
+                for index in vcf_output.indexes(out):
+                    if os.path.exists(index):
+                        os.remove(index)
+                vcf_output.merge_vcf(paths, out, common, names[len(IDENTITY) :], func)
+                _merge_companions(paths, out, kinds, overwrite)
+                return Path(out)
             with open(text, "w", encoding="utf-8") as target:
                 target.write(_settings_line(common) + "\t".join(names) + "\n")
                 for path in paths:
@@ -140,16 +160,31 @@ def _is_span(span: Any) -> TypeGuard[dict[str, int]]:
     return bool(0 <= span["start"] <= span["stop"] <= span["total"])
 
 
-def _rows(path: str) -> int:
+def _rows(path: str, settings: dict[str, Any]) -> int:
     if _is_parquet(path):
         pq = import_optional("pyarrow.parquet")
         return int(pq.ParquetFile(path).metadata.num_rows)
+    if vcf_output.is_vcf(path):
+        names = expected_columns(settings)
+        if names is None:
+            return 0
+        reading = Reading(
+            "merge_effects", "shards", "Rerun that shard's command with overwrite=True."
+        )
+        return sum(1 for _ in vcf_output.vcf_rows(path, names, reading))
     return _complete_lines(path)
 
 
 def _copy_lines(path: str, names: list[str], target: Any, func: str) -> None:
     """The rows of a shard table, each checked, into an open text file."""
     reading = Reading(func, "shards", "Rerun that shard's command with overwrite=True.")
+    if vcf_output.is_vcf(path):
+        for fields, numbers in vcf_output.vcf_rows(path, names, reading):
+            chrom, pos, id_, ref, alt = fields
+            identity = [escape(vcf_output.unescape(chrom)), pos, escape(vcf_output.unescape(id_))]
+            values = [_text(v) for v in numbers]
+            target.write("\t".join([*identity, ref, alt, *values]) + "\n")
+        return
     if not _is_parquet(path):
         for _, fields, _ in text_rows(path, names, reading):
             target.write("\t".join(fields) + "\n")
