@@ -100,6 +100,18 @@ def select(raw: Any, output: Any, head: str, param: str = "output") -> Any:
     )
 
 
+def replace(raw: Any, output: Any, value: Any) -> Any:
+    """The model's raw output with its output ``output`` (as :func:`select` reads it) replaced
+    by ``value``."""
+    if output is None:
+        return value
+    if isinstance(raw, dict):
+        return {**raw, output: value}
+    items = list(raw)
+    items[output] = value
+    return type(raw)(items) if isinstance(raw, tuple) else items
+
+
 def columns(x: Any, ops: ModuleType, head: str, param: str, raw: Any) -> Any:
     """``x`` as a (batch, K) tensor: (batch,) gains an axis; more than two axes is refused."""
     rank = len(ops.shape(x))

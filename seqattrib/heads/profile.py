@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from ..engine.outputs import describe_output
-from .base import NamedHead, mismatch, ops_for, select
+from .base import NamedHead, mismatch, ops_for, replace, select
 
 #: The profile conventions and what they compute (``l~``: logits minus their mean per row).
 CONVENTIONS = ("chrombpnet", "bpnet-lite")
@@ -23,6 +23,17 @@ class Profile(NamedHead):
     convention: str = "chrombpnet"
 
     def __call__(self, raw: Any) -> Any:
+        flat = self.positions(raw)
+        ops = ops_for(flat, "profile", "output")
+        centred = flat - ops.reduce_mean(flat, (1,), keepdims=True)
+        if self.convention == "chrombpnet":
+            weights = ops.softmax(ops.stop_gradient(centred), 1)
+            return ops.reduce_sum(weights * centred, (1,))[:, None]
+        return ops.reduce_sum(ops.rescale_block(_LogitScaling(ops), centred), (1,))[:, None]
+
+    def positions(self, raw: Any) -> Any:
+        """The profile logits flattened per sequence (strands and positions as one axis),
+        (batch, P)."""
         logits = select(raw, self.output, "profile")
         ops = ops_for(logits, "profile", "output")
         shape = ops.shape(logits)
@@ -37,12 +48,17 @@ class Profile(NamedHead):
                 f"returning {describe_output(raw)}",
                 "Pick the profile output with output=; heads.counts() explains the counts.",
             )
-        flat = ops.flatten(logits)
-        centred = flat - ops.reduce_mean(flat, (1,), keepdims=True)
-        if self.convention == "chrombpnet":
-            weights = ops.softmax(ops.stop_gradient(centred), 1)
-            return ops.reduce_sum(weights * centred, (1,))[:, None]
-        return ops.reduce_sum(ops.rescale_block(_LogitScaling(ops), centred), (1,))[:, None]
+        return ops.flatten(logits)
+
+    def reoriented(self, raw: Any) -> Any:
+        """The raw output of reverse-complemented windows with the profile logits turned back
+        to the forward strand: positions reversed and, for stranded profiles, the two strands
+        swapped (every axis but the batch reversed; ChromBPNet's variant scorer reverses the
+        flattened profile)."""
+        logits = select(raw, self.output, "profile")
+        ops = ops_for(logits, "profile", "output")
+        axes = list(range(1, len(ops.shape(logits))))
+        return replace(raw, self.output, ops.flip(logits, axes))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._errors import parameter_error
 from ..engine.outputs import describe_output
-from .base import NamedHead, mismatch, ops_for, select
+from .base import NamedHead, mismatch, ops_for, replace, select
 
 REDUCTIONS = ("sum", "mean")
 TRANSFORMS = (None, "log1p", "log")
@@ -42,6 +42,34 @@ class Tracks(NamedHead):
     track_axis: int = -1
 
     def __call__(self, raw: Any) -> Any:
+        picked, ops, (on_tracks, off_tracks), _ = self._picked(raw)
+        on = self._value(picked, ops, on_tracks)
+        if self.minus is None:
+            return on[:, None]
+        off = self._value(picked, ops, off_tracks)
+        return (on - off)[:, None]
+
+    def positions(self, raw: Any) -> Any:
+        """The chosen bins of the chosen tracks, the tracks summed or averaged (``reduce``)
+        bin by bin, without the transform: (batch, n_bins)."""
+        picked, ops, (on_tracks, _), bin_axis = self._picked(raw)
+        chosen = ops.take(picked, on_tracks, 3 - bin_axis)
+        reduce = ops.reduce_sum if self.reduce == "sum" else ops.reduce_mean
+        return reduce(chosen, (3 - bin_axis,))
+
+    def reoriented(self, raw: Any) -> Any:
+        """The raw output of reverse-complemented windows with the bins turned back to the
+        forward orientation (the bin axis reversed, before the bins are chosen)."""
+        values = select(raw, self.output, "tracks")
+        ops = ops_for(values, "tracks", "output")
+        if len(ops.shape(values)) != 3:
+            return raw  # refused with its message when the head reads it
+        bin_axis = 1 if self.track_axis == -1 else 2
+        return replace(raw, self.output, ops.flip(values, [bin_axis]))
+
+    def _picked(self, raw: Any) -> tuple[Any, ModuleType, tuple[list[int], list[int]], int]:
+        """The output restricted to the chosen bins, its operations, the track indices (on,
+        off) and the bin axis."""
         values = select(raw, self.output, "tracks")
         ops = ops_for(values, "tracks", "output")
         shape = ops.shape(values)
@@ -67,11 +95,9 @@ class Tracks(NamedHead):
                 f"a tensor of shape {tuple(shape)} from {described}",
             )
         picked = _pick_bins(values, ops, self.bins, bin_axis, n_bins, described)
-        on = self._value(picked, ops, _tracks(self.track, n_tracks, "track", described))
-        if self.minus is None:
-            return on[:, None]
-        off = self._value(picked, ops, _tracks(self.minus, n_tracks, "minus", described))
-        return (on - off)[:, None]
+        on = _tracks(self.track, n_tracks, "track", described)
+        off = [] if self.minus is None else _tracks(self.minus, n_tracks, "minus", described)
+        return picked, ops, (on, off), bin_axis
 
     def _value(self, values: Any, ops: ModuleType, tracks: list[int]) -> Any:
         track_axis = 2 if self.track_axis == -1 else 1

@@ -142,8 +142,13 @@ def _letters_ok(allele: str) -> bool:
     return bool(allele) and all(ch in _BASES for ch in allele)
 
 
-def catalog(records: Records, genome: GenomeText, length: int, func: str) -> Catalog:
-    """Read every record once: split, check and keep (or skip, with the reason)."""
+def catalog(
+    records: Records, genome: GenomeText, length: int, func: str, margin: int = 0
+) -> Catalog:
+    """Read every record once: split, check and keep (or skip, with the reason).
+
+    ``margin``: genome bases needed on each side of both windows (shifted views of them).
+    """
     kept = array.array("B")
     chrom_index, positions = array.array("i"), array.array("q")
     opens, snv = array.array("B"), array.array("b")
@@ -167,7 +172,7 @@ def catalog(records: Records, genome: GenomeText, length: int, func: str) -> Cat
                 reason = "too_long"
             else:
                 lo, hi = windows.genome_span(start, len(ref), len(alt), length)
-                if lo < 0 or hi > size:
+                if lo - margin < 0 or hi + margin > size:
                     reason = "chromosome_end"
                 else:
                     found = genome.fetch(rec.chrom, start, start + len(ref)).upper()
@@ -258,15 +263,29 @@ class VariantStream:
             texts.append(text)
         return windows.encode(texts, self.length, [v.label for v in variants], self.func)
 
-    def alt_windows(self, variants: list[Variant]) -> np.ndarray:
-        """(n, length, 4) int8 alternative windows."""
+    def alt_windows(self, variants: list[Variant], length: int | None = None) -> np.ndarray:
+        """(n, length, 4) int8 alternative windows (of ``length``, default the stream's: a
+        longer one is the window with genome bases added on both sides)."""
+        size = self.length if length is None else length
         texts = [
             windows.alt_window_text(
-                self.genome.fetch, v.chrom, v.pos - 1, v.ref, v.alt.upper(), self.length
+                self.genome.fetch, v.chrom, v.pos - 1, v.ref, v.alt.upper(), size
             )
             for v in variants
         ]
-        return windows.encode(texts, self.length, [v.label for v in variants], self.func)
+        return windows.encode(texts, size, [v.label for v in variants], self.func)
+
+    def flanks(self, variants: list[Variant], margin: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``margin`` genome bases on the left and on the right of each variant's reference
+        window: two (n, margin, 4) int8 arrays."""
+        texts: list[str] = []
+        for v in variants:
+            lo, hi = windows.ref_span(v.pos - 1, self.length)
+            texts.append(self.genome.fetch(v.chrom, lo - margin, lo))
+            texts.append(self.genome.fetch(v.chrom, hi, hi + margin))
+        labels = [v.label for v in variants for _ in (0, 1)]
+        both = windows.encode(texts, margin, labels, self.func)
+        return both[0::2], both[1::2]
 
     def window_starts(self, allele: str) -> np.ndarray:
         """0-based genome start of every kept variant's ``allele`` window (``"ref"``/``"alt"``),

@@ -25,11 +25,11 @@ from .derived import derived_columns
 from .kernel import VariantKernel
 from .null import N_NULL, check_null, null_seed
 from .records import describe, open_records
+from .scores import Views, check_positional, check_scores, check_shifts, check_strands
 from .table import FORMAT, EffectsWriter, companion, write_skipped
 
 __all__ = ["VariantEffects", "variant_effects"]
 
-SCORES = ("delta", "log_ratio")
 #: Keywords of the attribution methods that ``variant_effects`` sets itself (``args``: the
 #: model's other inputs, which its predictions do not take either).
 _RESERVED = SHARED_KEYWORDS
@@ -98,6 +98,9 @@ class VariantMethod:
     #: (``derive(block) -> {name: (n, K) array}`` for the names in ``derived``).
     derive: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
     derived: tuple[str, ...] = ()
+    views: Views = field(default_factory=Views)
+    #: The positional output that profile and bin scores compare (a named head), if any.
+    positional: Any = None
 
     def settings(self) -> dict[str, Any]:
         return dict(self.run_settings)
@@ -117,6 +120,8 @@ class VariantMethod:
             n_variants=context.source.n_sequences,
             scores=self.scores,
             func=self.func,
+            views=self.views,
+            positional=self.positional,
             derive=self.derive,
             derived=self.derived,
         )
@@ -164,13 +169,6 @@ def _content_fingerprint(variants: Any, records: Any) -> str:
     return digest.hexdigest()
 
 
-def _check_scores(score: Any, func: str) -> tuple[str, ...]:
-    names = (score,) if isinstance(score, str) else tuple(score) if score is not None else ()
-    if not names or any(s not in SCORES for s in names) or len(set(names)) != len(names):
-        raise parameter_error(func, "score", "'delta', 'log_ratio' or a sequence of both", score)
-    return tuple(s for s in SCORES if s in names)
-
-
 def _check_attributions(attributions: Any, options: Any, layout: Any, func: str) -> dict[str, Any]:
     from ..attribution.methods import METHODS
 
@@ -207,6 +205,9 @@ def variant_effects(
     target: int | Sequence[int] | None = 0,
     output_fn: Callable[[Any], Any] | None = None,
     score: str | Sequence[str] = ("delta", "log_ratio"),
+    profile: Any = None,
+    strands: Literal["forward", "both"] = "forward",
+    shifts: Sequence[int] = (0,),
     null: Literal["shuffle", "matched"] | None = None,
     n_null: int = N_NULL,
     peaks: Any = None,
@@ -316,7 +317,9 @@ def variant_effects(
     """
     func = "variant_effects"
     length = check_length(length, func)
-    scores = _check_scores(score, func)
+    scores = check_scores(score, func)
+    positional = check_positional(profile, scores, func)
+    views = Views(check_shifts(shifts, func), check_strands(strands, func))
     null, n_null = check_null(null, n_null, func)
     seed = null_seed(random_state, func)
     extra = _check_attributions(attributions, attribution_options, layout, func)
@@ -337,7 +340,7 @@ def variant_effects(
     )
     text = GenomeText(genome, func)
     records = open_records(variants, func)
-    found = catalog(records, text, length, func)
+    found = catalog(records, text, length, func, margin=views.margin)
     _report(found, options.out, func)
     variants_fingerprint = _content_fingerprint(variants, records)
     genome_fingerprint = file_fingerprint(text.path) if text.path else sequences_fingerprint(genome)
@@ -352,6 +355,9 @@ def variant_effects(
             target=target,
             output_fn=output_fn,
             score=scores,
+            profile=profile,
+            strands=strands,
+            shifts=shifts,
             batch_size=batch_size,
             max_cpu_sequences=max_cpu_sequences,
             device=device,
@@ -369,7 +375,7 @@ def variant_effects(
         genome=genome,
         sizes=text.sizes,
         length=length,
-        pad=0,
+        pad=views.margin,
         fingerprints=(variants_fingerprint, genome_fingerprint),
         rescore=rescore,
         func=func,
@@ -388,11 +394,21 @@ def variant_effects(
         "length": length,
         # every column after ref and alt, per target: the scores, then the derived columns
         "scores": [*scores, *derived],
+        **views.settings(),
+        "profile": None if positional is None else repr(positional),
         "attributions": attributions,
         "attribution_options": extra,
         **derived_settings,
     }
-    method = VariantMethod(stream, scores, settings, derive=derive, derived=derived)
+    method = VariantMethod(
+        stream,
+        scores,
+        settings,
+        derive=derive,
+        derived=derived,
+        views=views,
+        positional=positional,
+    )
     source = as_source(WindowArray(stream, "ref"), -1, func)
     result, squeeze = run_job(method, model, source, options)
     tracks = None

@@ -78,6 +78,22 @@ def concat(xs: Sequence[tf.Tensor], axis: int) -> tf.Tensor:
     return xs[0] if len(xs) == 1 else tf.concat(list(xs), axis=axis)
 
 
+def flip(x: tf.Tensor, axes: Sequence[int]) -> tf.Tensor:
+    return tf.reverse(x, axis=list(axes))
+
+
+def sqrt(x: tf.Tensor) -> tf.Tensor:
+    return tf.sqrt(x)
+
+
+def maximum(x: tf.Tensor, value: float) -> tf.Tensor:
+    return tf.maximum(x, tf.constant(value, dtype=x.dtype))
+
+
+def float64(x: tf.Tensor) -> tf.Tensor:
+    return tf.cast(x, tf.float64)
+
+
 def rescale_block(func: Callable[[tf.Tensor], tf.Tensor], z: tf.Tensor) -> tf.Tensor:
     """``func(z)``; DeepLIFT/DeepSHAP treat the whole of ``func`` as one elementwise
     nonlinearity (its secant between input and reference)."""

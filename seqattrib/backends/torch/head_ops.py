@@ -75,6 +75,22 @@ def concat(xs: Sequence[torch.Tensor], axis: int) -> torch.Tensor:
     return xs[0] if len(xs) == 1 else torch.cat(list(xs), dim=axis)
 
 
+def flip(x: torch.Tensor, axes: Sequence[int]) -> torch.Tensor:
+    return torch.flip(x, dims=tuple(axes))
+
+
+def sqrt(x: torch.Tensor) -> torch.Tensor:
+    return torch.sqrt(x)
+
+
+def maximum(x: torch.Tensor, value: float) -> torch.Tensor:
+    return torch.clamp(x, min=value)
+
+
+def float64(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float64)
+
+
 def rescale_block(func: Callable[[torch.Tensor], torch.Tensor], z: torch.Tensor) -> torch.Tensor:
     """``func(z)``; DeepLIFT/DeepSHAP treat the whole of ``func`` as one elementwise
     nonlinearity (its secant between input and reference)."""
