@@ -16,7 +16,7 @@ from .._errors import parameter_error
 from .._optional import import_optional
 from ..loader import load_model, model_framework
 from ..shards import resolve_shard, shard_path
-from . import data_attribution, experiments
+from . import data_attribution, experiments, motifs
 from .sequences import load_sequences
 
 #: The image formats ``seqattrib plot`` writes, by file name suffix.
@@ -522,6 +522,8 @@ def interrupted(args: argparse.Namespace) -> str:
         return f"{tracks} keeps the rows written so far; rerun the same command to resume it."
     if args.command in ("trak", "tracin"):
         return data_attribution.interrupted(args)
+    if args.command == "seqlets":
+        return motifs.interrupted(args)
     if args.command == "launch":
         return "the workers' shard files keep their rows; rerun the same command to resume them."
     return "no partial output was kept; rerun the same command."
@@ -533,6 +535,7 @@ COMMANDS = {
     "variants": variants,
     "marginalize": experiments.marginalize,
     "space": experiments.space,
+    "seqlets": motifs.run,
     "export": export,
     "plot": plot,
     "merge": merge,

@@ -76,6 +76,19 @@ FLAGS = {
     "n_shuffles": "--n-shuffles",
     "distances": "--distances",
     "orientations": "--orientations",
+    "threshold": "--threshold",
+    "min_length": "--min-length",
+    "max_length": "--max-length",
+    "flank": "--flank",
+    "sign": "--sign",
+    "max_fdr": "--max-fdr",
+    "n_bins": "--n-bins",
+    "controls": "--controls",
+    "coordinates": "--coordinates",
+    "n_matches": "--n-matches",
+    "matrix": "--matrix",
+    "max_q_value": "--max-q-value",
+    "block_size": "--block-size",
 }
 #: Keyword spellings of the library's advice, and how they are typed on the command line.
 _IDIOMS = [
@@ -97,6 +110,8 @@ _IDIOMS = [
     (re.compile(r"\bRun fit\(\.\.\., store=\.\.\.\) first\b"), "Run fit with --store first"),
     (re.compile(r"\bRun (TRAK|TracIn)\.fit\(\.\.\., store=\) to the end\b"), "Run fit to the end"),
     (re.compile(r"\bmultiply_by_inputs=False\b"), "--hypothetical"),
+    (re.compile(r"\bcoordinates='sequence'"), "--coordinates sequence"),
+    (re.compile(r"\bcontrols= \("), "--controls ("),
     (re.compile(r"\bPass format='bed' to\b"), "Keep its first three columns (cut -f1-3) to"),
 ]
 #: What to do about an operating system error, by its errno.

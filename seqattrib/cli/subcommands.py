@@ -9,6 +9,7 @@ from typing import Any
 
 from .data_attribution import add_tracin, add_trak
 from .experiments import add_marginalize, add_space
+from .motifs import add_seqlets
 from .parser import (
     BATCH_SIZE,
     POSITIVE,
@@ -458,6 +459,7 @@ SUBCOMMANDS: dict[str, Callable[[Any], Parser]] = {
     "variants": variants,
     "marginalize": add_marginalize,
     "space": add_space,
+    "seqlets": add_seqlets,
     "export": export,
     "plot": plot,
     "merge": merge,

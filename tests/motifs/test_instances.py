@@ -10,78 +10,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import seqattrib as sa
 from seqattrib._errors import SeqAttribWarning
 from seqattrib.io import lock as _lock
 from seqattrib.io import read_tracks
 from seqattrib.motifs import instances as instances_module
 from seqattrib.motifs import motif_instances, read_instances, seqlets
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("memelite")
 
-GATA = "AGATAAGG"
-LENGTH = 100
-N = 14
-
-
-def _database(rng: np.random.Generator) -> dict[str, np.ndarray]:
-    out = {}
-    for i in range(30):
-        pwm = rng.dirichlet(np.full(4, 0.3), size=int(rng.integers(6, 13)))
-        out[f"M{i:02d}"] = pwm
-    gata = np.full((len(GATA), 4), 0.02)
-    gata[np.arange(len(GATA)), ["ACGT".index(b) for b in GATA]] = 0.94
-    out["GATA1"] = gata
-    return out
-
-
-def _write_meme(path, motifs) -> str:
-    text = "MEME version 4\n\nALPHABET= ACGT\n\n"
-    for name, pwm in motifs.items():
-        text += f"MOTIF {name}\nletter-probability matrix: alength= 4 w= {len(pwm)}\n"
-        text += "".join(" ".join(f"{v:.6f}" for v in row) + "\n" for row in pwm) + "\n"
-    path.write_text(text)
-    return str(path)
-
-
-class _Linear(torch.nn.Module):
-    """f_k(x) = sum(W_k * x): its gradient, the saliency, is W_k for every sequence."""
-
-    def __init__(self, weights: np.ndarray) -> None:
-        super().__init__()
-        self.register_buffer("w", torch.tensor(weights, dtype=torch.float32))
-
-    def forward(self, x):
-        return torch.einsum("nlc,klc->nk", x, self.w)
-
-
-def _one_hot(rng, sites):
-    letters = rng.integers(0, 4, size=(N, LENGTH))
-    for start, motif in sites:
-        letters[:, start : start + len(motif)] = ["ACGT".index(b) for b in motif]
-    return np.eye(4, dtype=np.float32)[letters]
-
-
-def _make_tracks(path, *, regions=True, scale=1.0, seed=0):
-    """GATA at 20 (plus strand) and its reverse complement at 60 in every sequence; the
-    weights of target 0 reward those bases there, target 1 has small noise only."""
-    rng = np.random.default_rng(seed)
-    rc = GATA[::-1].translate(str.maketrans("ACGT", "TGCA"))
-    X = _one_hot(rng, [(20, GATA), (60, rc)])
-    w = rng.normal(0, 0.02, size=(2, LENGTH, 4))
-    for start, motif in ((20, GATA), (60, rc)):
-        for i, base in enumerate(motif):
-            w[0, start + i, "ACGT".index(base)] = 1.0
-    w *= scale
-    kwargs = {}
-    if regions:
-        # two chromosomes, not in sorted order, so the BED must sort them
-        chrom = ["chr2" if i % 3 else "chr10" for i in range(N)]
-        start = 10_000 + 1000 * np.arange(N)[::-1]
-        kwargs["regions"] = SimpleNamespace(chrom=chrom, start=start, end=start + LENGTH)
-    sa.saliency(_Linear(w), X, target=[0, 1], out=path, **kwargs)
-    return str(path)
+from motif_cases import N, make_database, make_tracks, write_meme  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +28,8 @@ def files(tmp_path_factory):
     rng = np.random.default_rng(7)
     return SimpleNamespace(
         folder=folder,
-        tracks=_make_tracks(folder / "tracks.h5"),
-        meme=_write_meme(folder / "db.meme", _database(rng)),
+        tracks=make_tracks(folder / "tracks.h5"),
+        meme=write_meme(folder / "db.meme", make_database(rng)),
     )
 
 
@@ -201,10 +139,10 @@ def test_other_settings_or_inputs_are_refused_unless_overwrite(files, tmp_path):
     with pytest.raises(ValueError, match="threshold=0.01 .now 0.001.") as info:
         motif_instances(files.tracks, files.meme, out=out, **{**SETTINGS, "threshold": 1e-3})
     assert "\n" not in str(info.value) and "overwrite=True" in str(info.value)
-    other = _write_meme(tmp_path / "other.meme", _database(np.random.default_rng(8)))
+    other = write_meme(tmp_path / "other.meme", make_database(np.random.default_rng(8)))
     with pytest.raises(ValueError, match="another motif file"):
         motif_instances(files.tracks, other, out=out, **SETTINGS)
-    other_tracks = _make_tracks(tmp_path / "other.h5", seed=3)
+    other_tracks = make_tracks(tmp_path / "other.h5", seed=3)
     with pytest.raises(ValueError, match="another tracks file"):
         motif_instances(other_tracks, files.meme, out=out, **SETTINGS)
     result = motif_instances(files.tracks, other, out=out, overwrite=True, **SETTINGS)
@@ -227,7 +165,7 @@ def test_a_second_writer_is_refused(files, tmp_path):
 
 
 def test_no_seqlets_give_empty_tables_and_a_warning(tmp_path, files):
-    flat = _make_tracks(tmp_path / "flat.h5", scale=0.0)
+    flat = make_tracks(tmp_path / "flat.h5", scale=0.0)
     with pytest.warns(SeqAttribWarning, match="No seqlets were found"):
         result = motif_instances(flat, files.meme, out=tmp_path / "m.bed", **SETTINGS)
     assert result.n_seqlets == 0
@@ -237,7 +175,7 @@ def test_no_seqlets_give_empty_tables_and_a_warning(tmp_path, files):
 
 
 def test_without_regions_genome_coordinates_are_refused_and_positions_given(tmp_path, files):
-    bare = _make_tracks(tmp_path / "bare.h5", regions=False)
+    bare = make_tracks(tmp_path / "bare.h5", regions=False)
     with pytest.raises(ValueError, match="'tracks' parameter of motif_instances") as info:
         motif_instances(bare, files.meme, out=tmp_path / "m.bed", **SETTINGS)
     assert "coordinates='sequence'" in str(info.value) and "\n" not in str(info.value)
