@@ -212,9 +212,8 @@ class _Matcher:
         self.found, self.fetch, self.func = found, fetch, func
         self.span, self.at = length + 2 * pad, pad + centre(length)
         self.distance = min(length // 2, MAX_DISTANCE)
-        pairs = [_snv_of(found, fetch, int(i)) for i in snv]
-        self.pairs = [(r, a) for r, a in pairs if r in _BASES]
-        if not self.pairs:
+        self.snv = snv
+        if not len(snv):
             raise parameter_error(
                 func,
                 "null",
@@ -246,8 +245,23 @@ class _Matcher:
         near = [scored[i] for i in (k - 1, k) if 0 <= i < len(scored)]
         return any(abs(int(p) - start) < self.distance for p in near)
 
+    def _pair(self, rng: np.random.Generator, j: int) -> tuple[str, str]:
+        """REF and ALT of a scored SNV drawn at random (one whose REF is A, C, G or T)."""
+        for _ in range(_TRIES):
+            ref, alt = _snv_of(self.found, self.fetch, int(self.snv[rng.integers(len(self.snv))]))
+            if ref in _BASES:
+                return ref, alt
+        raise parameter_error(
+            self.func,
+            "null",
+            "'shuffle' for variants whose SNVs have N as REF ('matched' matches REF bases)",
+            f"'matched', with no SNV of REF A, C, G or T in {_TRIES} tries for null draw {j}",
+            "Pass null='shuffle'.",
+            described=True,
+        )
+
     def draw(self, rng: np.random.Generator, j: int) -> tuple[str, str, str]:
-        ref, alt = self.pairs[int(rng.integers(len(self.pairs)))]
+        ref, alt = self._pair(rng, j)
         for _ in range(_TRIES):
             k = int(rng.choice(len(self.names), p=self.weights))
             chrom = self.names[k]
