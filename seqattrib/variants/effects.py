@@ -252,9 +252,51 @@ def variant_effects(
     target : int, sequence of int or None
         Output index; a sequence of K indices (all from the same forward passes); None for all.
     [[output_fn]]
-    score : {"delta", "log_ratio"} or a sequence of both
-        ``f(alt) - f(ref)`` and/or ``log f(alt) - log f(ref)`` (positive outputs: counts,
-        probabilities; NaN with a warning where a prediction is not positive).
+    score : str or sequence of str
+        The scores, computed from the predictions averaged over the views (``strands``,
+        ``shifts``):
+
+        - ``"delta"``: ``f(alt) - f(ref)``; with a ``heads.tracks(..., reduce="sum")`` output,
+          Enformer's and Borzoi's SAD (SUM).
+        - ``"log_ratio"``: ``log f(alt) - log f(ref)`` (positive outputs: counts,
+          probabilities; NaN with a warning where a prediction is not positive).
+        - ``"logfc"``: ChromBPNet's logFC, the log2 fold change of the counts, for an
+          ``output_fn`` that gives log counts (``heads.counts()``: ChromBPNet's and BPNet's
+          counts output is already the log of the counts; ``heads.logsumexp_counts()`` for a
+          bias-factorised model). Counts are averaged over the views as counts: ``log2(mean
+          exp f(alt) / mean exp f(ref))``, which is ``(f(alt) - f(ref)) / ln 2`` for one view.
+        - ``"jsd"``: ChromBPNet's JSD, the Jensen-Shannon distance (base 2, in [0, 1]) between
+          the softmax of the alternative and of the reference profile logits (``profile``),
+          flattened per window (strands and positions as one axis) and averaged over the views
+          as logits. Compared on the device; one value per variant, in every target's column.
+        - ``"abs_logfc_x_jsd"``: ``|logfc| * jsd``, ChromBPNet's ranking score.
+        - ``"log_sum"``: ``log2(1 + f(alt)) - log2(1 + f(ref))``; with a ``heads.tracks(...,
+          reduce="sum")`` output, Borzoi's logSED (logSUM).
+        - ``"l2"``, ``"log_l2"``: Borzoi's D2 and logD2, ``sqrt(sum_b (alt_b - ref_b)^2)`` over
+          the bins of ``profile=heads.tracks(...)`` (its tracks combined bin by bin), of the
+          values or of ``log2(1 + x)``; one value per variant, in every target's column.
+    profile : int, str, heads.profile(...) or heads.tracks(...), optional
+        The positional output that ``"jsd"`` and ``"abs_logfc_x_jsd"`` compare (the profile
+        logits: an output position or key, or ``heads.profile(output)``; default output 0, as
+        bpnet-lite and ChromBPNet return ``(profile, counts)``), or that ``"l2"`` and
+        ``"log_l2"`` compare (``heads.tracks(track, bins=...)``, required). It comes from the
+        same forward passes as ``output_fn``.
+    strands : {"forward", "both"}
+        ``"both"``: each window is also predicted reverse-complemented (made on the device;
+        the reverse complement of the forward window, as ChromBPNet's variant scorer makes it,
+        so with an even ``length`` the variant is at ``length // 2 - 1`` of it) and the
+        predictions of the two strands are averaged before the scores. Outputs that a named
+        head knows as positional are turned back to the forward strand first:
+        ``heads.profile`` reverses the positions and swaps the two strands of a stranded
+        profile, ``heads.tracks`` reverses the bins before choosing them. The (batch, K)
+        values of ``heads.counts`` or of another ``output_fn`` are averaged as they are.
+    shifts : sequence of int
+        Window shifts averaged like the strands, e.g. ``(-1, 0, 1)`` (at most 64 bases either
+        way): shift ``s`` moves both windows ``s`` bases to the left along the genome (the
+        sequence moves ``s`` bases to the right, as Basenji and Borzoi shift it, with genome
+        bases where they pad). Outputs are not re-aligned for the shift. Variants need
+        ``max |s|`` more genome bases on both sides (else they are skipped as too close to a
+        chromosome end).
     null : {None, "shuffle", "matched"}
         Add an empirical p-value column ``pvalue_<score>_T`` per score: the null is ``n_null``
         SNVs scored exactly as the table (same model, head, scores and window), once before
@@ -289,7 +331,8 @@ def variant_effects(
     layout : {"NLC", "NCL"}
         Layout of the attribution tracks; the model is fed the layout it takes either way.
     batch_size : int or "auto"
-        Windows per device batch (reference and alternative windows of many variants).
+        Model inputs per device batch: the views (strands x shifts) of the reference and
+        alternative windows of many variants; a batch holds every view of its windows.
     [[max_cpu_sequences]]
     [[device]]
     [[verbose]]
@@ -311,7 +354,8 @@ def variant_effects(
     -------
     VariantEffects, or the path of ``out``
         The table has one row per kept variant: ``chrom``, ``pos``, ``id``, ``ref``, ``alt``,
-        then ``ref_T``, ``alt_T`` and the scores (``delta_T``, ``log_ratio_T``) per target T,
+        then ``ref_T``, ``alt_T`` (the predictions averaged over the views) and the scores
+        (``delta_T``, ``log_ratio_T``, ``logfc_T``, ...) per target T,
         then with ``null`` the p-values (``pvalue_delta_T``, ...) and with ``peaks`` the
         quantiles (``ref_quantile_T``, ``alt_quantile_T``, ``active_quantile_T``).
     """
