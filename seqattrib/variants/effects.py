@@ -364,7 +364,7 @@ def variant_effects(
     scores = check_scores(score, func)
     positional = check_positional(profile, scores, func)
     views = Views(check_shifts(shifts, func), check_strands(strands, func))
-    null, n_null = check_null(null, n_null, func)
+    null_kind, n_null = check_null(null, n_null, func)
     seed = null_seed(random_state, func)
     extra = _check_attributions(attributions, attribution_options, layout, func)
     options = RunOptions.check(
@@ -411,7 +411,7 @@ def variant_effects(
 
     # columns computed from each block of scores (p-values, quantiles), from the whole job
     derive, derived, derived_settings = derived_columns(
-        null=null,
+        null=null_kind,
         n_null=n_null,
         seed=seed,
         peaks=peaks,

@@ -96,8 +96,16 @@ def check_positional(positional: Any, scores: tuple[str, ...], func: str) -> Nam
             scores,
             "Score the profile and the tracks of a model in two calls.",
         )
+    if positional is None and kinds == {"tracks"}:
+        raise parameter_error(
+            func,
+            "profile",
+            "heads.tracks(track, bins=...) for the scores 'l2' and 'log_l2'",
+            None,
+            "Name the tracks and bins whose per-bin differences are compared.",
+        )
     if positional is None:
-        return Profile(0) if kinds == {"profile"} else None if not kinds else _needs(kinds, func)
+        return Profile(0) if kinds else None
     if isinstance(positional, (int, str)) and not isinstance(positional, bool):
         positional = Profile(positional)
     if not isinstance(positional, (Profile, Tracks)):
@@ -126,16 +134,6 @@ def check_positional(positional: Any, scores: tuple[str, ...], func: str) -> Nam
             positional,
         )
     return positional
-
-
-def _needs(kinds: set[str], func: str) -> None:
-    raise parameter_error(
-        func,
-        "profile",
-        "heads.tracks(track, bins=...) for the scores 'l2' and 'log_l2'",
-        None,
-        "Name the tracks and bins whose per-bin differences are compared.",
-    )
 
 
 # ----------------------------------------------------------------------------- views
