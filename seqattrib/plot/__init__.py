@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from .experiments import plot_dependency_map, plot_spacing
 from .logo import plot_ism, plot_logo
+from .motifs import plot_seqlet
 from .variant import plot_variant
 
-__all__ = ["plot_dependency_map", "plot_ism", "plot_logo", "plot_spacing", "plot_variant"]
+__all__ = [
+    "plot_dependency_map",
+    "plot_ism",
+    "plot_logo",
+    "plot_seqlet",
+    "plot_spacing",
+    "plot_variant",
+]

@@ -247,3 +247,22 @@ def test_no_seqlets_give_no_matches():
     empty = _seqlets([], [], [])
     matches = annotate(empty, one_hot, database, attributions=hypothetical, n_jobs=1)
     assert len(matches) == 0 and matches.p_value.dtype == np.float64
+
+
+def test_the_seqlet_logo_places_the_motif_where_the_match_aligns_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    from seqattrib.plot import plot_seqlet
+
+    one_hot, hypothetical, _ = _planted(np.random.default_rng(9), n=1)
+    pwm = np.full((3, 4), 0.02)
+    pwm[[0, 1, 2], [0, 1, 2]] = 0.94  # A, C, G
+    out = tmp_path / "seqlet.png"
+    figure = plot_seqlet(hypothetical[0], pwm, start=18, end=30, offset=4, strand="-", out=out)
+    top, bottom = figure.axes
+    assert out.stat().st_size > 0 and len(top.patches) > 0
+    extents = [patch.get_path().get_extents() for patch in bottom.patches]
+    centres = sorted({round((e.x0 + e.x1) / 2) for e in extents})
+    assert centres == [22, 23, 24]  # start + offset .. + width - 1
+    # a column of probability 0.94 carries about 1.6 of its 2 bits in its top letter
+    tallest = max(extents, key=lambda e: e.y1 - e.y0)
+    assert 1.2 < tallest.y1 - tallest.y0 < 2
