@@ -26,6 +26,7 @@ from .data_attribution import TRAK, TracIn
 from .experiments import ablate, dependency_map, marginalize, space, tile_shuffle
 from .io import decode, one_hot
 from .loader import load_model
+from .motifs import motif_instances
 from .variants import variant_effects
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "ism",
     "ism_to_hypothetical",
     "marginalize",
+    "motif_instances",
     "one_hot",
     "project",
     "quadrature",
