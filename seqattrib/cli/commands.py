@@ -133,6 +133,7 @@ def ism(args: argparse.Namespace) -> str:
 
 def variants(args: argparse.Namespace) -> str:
     from ..variants import variant_effects
+    from ..variants.vcf_output import is_vcf
 
     if bool(args.vcf) == bool(args.table):
         raise parameter_error(
@@ -143,13 +144,14 @@ def variants(args: argparse.Namespace) -> str:
             "Pass --vcf calls.vcf.gz, or --table variants.tsv (chrom, pos, ref, alt).",
             described=True,
         )
-    if args.vcf:
+    if args.vcf or is_vcf(args.out):
         import_optional("pysam")
     if args.out.lower().endswith(".parquet"):
         import_optional("pyarrow.parquet")
     model = load_model(args.model, weights=args.weights)
     framework = model_framework(model)
     shard = args.shard if args.shard is not None else resolve_shard(None)
+    nulls = {} if args.n_null is None else {"n_null": args.n_null}
     path = variant_effects(
         model,
         args.genome,
@@ -158,6 +160,13 @@ def variants(args: argparse.Namespace) -> str:
         target=args.target,
         output_fn=args.head,
         score=args.score,
+        profile=args.profile,
+        strands=args.strands,
+        shifts=[shift for given in args.shifts for shift in given],
+        null=args.null,
+        **nulls,
+        peaks=args.peaks,
+        random_state=args.random_state,
         attributions=args.attributions,
         attribution_options=_attribution_options(args) or None,
         layout=args.layout or ("NCL" if framework == "torch" else "NLC"),
@@ -166,12 +175,20 @@ def variants(args: argparse.Namespace) -> str:
         device=args.device,
         verbose=not args.quiet,
         backend=framework,
-        out=args.out if shard is None else shard_path(args.out, *shard),
+        out=args.out if shard is None else table_shard_path(args.out, *shard),
         overwrite=args.overwrite,
         shard=shard,
     )
     print(path)
     return str(path)
+
+
+def table_shard_path(out: str, index: int, count: int) -> str:
+    """The shard file of a variant effects table: ``.shard-i-of-n`` before ``.vcf.gz`` as
+    before any other suffix."""
+    if "{shard}" not in out and out.lower().endswith(".vcf.gz"):
+        return shard_path(out[: -len(".gz")], index, count) + out[-len(".gz") :]
+    return shard_path(out, index, count)
 
 
 def _attribution_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -400,8 +417,9 @@ def _plot_window(args: argparse.Namespace) -> tuple[int, int | None, int | None]
 def merge(args: argparse.Namespace) -> Path:
     from ..io import merge as merge_files
     from ..variants import merge_effects
+    from ..variants.vcf_output import is_vcf
 
-    tables = args.shards[0].lower().endswith((".tsv", ".txt", ".parquet"))
+    tables = args.shards[0].lower().endswith((".tsv", ".txt", ".parquet")) or is_vcf(args.shards[0])
     join = merge_effects if tables else merge_files
     path = join(args.shards, args.out, overwrite=args.overwrite)
     print(path)
@@ -512,7 +530,7 @@ def interrupted(args: argparse.Namespace) -> str:
     """What a user interrupting ``args``'s command has, and how to go on."""
     if args.command in ("explain", "ism", "variants"):
         shard = args.shard if args.shard is not None else resolve_shard(None)
-        out = args.out if shard is None else shard_path(args.out, *shard)
+        out = args.out if shard is None else table_shard_path(args.out, *shard)
         return (
             f"{out} keeps the rows written so far; rerun the same command to resume it "
             "(--overwrite starts again)."

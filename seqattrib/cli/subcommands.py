@@ -12,6 +12,7 @@ from .experiments import add_marginalize, add_space
 from .motifs import add_seqlets
 from .parser import (
     BATCH_SIZE,
+    HEAD,
     POSITIVE,
     POSITIVE_FLOAT,
     SHARD,
@@ -25,7 +26,6 @@ from .parser import (
     add_run,
 )
 
-SCORES = ("delta", "log_ratio")
 BASELINES = ["zeros", "uniform", "shuffle", "dinuc_shuffle", "random"]
 
 
@@ -170,8 +170,9 @@ def method_flags() -> tuple[MethodFlag, ...]:
     )
 
 
-#: The flags of ``seqattrib variants`` that reach its ``--attributions`` method.
-VARIANT_METHOD_FLAGS = ("--n-baselines", "--n-steps", "--random-state")
+#: The flags of ``seqattrib variants`` that reach its ``--attributions`` method (and
+#: ``--random-state``, its own flag, where the method takes a seed).
+VARIANT_METHOD_FLAGS = ("--n-baselines", "--n-steps")
 
 
 def explained_methods() -> list[Any]:
@@ -235,10 +236,29 @@ def ism(sub: Any) -> Parser:
 
 
 def _scores(text: str) -> list[str]:
+    from ..variants.scores import SCORES
+
     names = text.split(",")
-    if not names or any(n not in SCORES for n in names):
-        raise argparse.ArgumentTypeError(f"expected delta, log_ratio or both, got {text!r}")
+    if any(n not in SCORES for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of {either(list(SCORES))}, got {text!r}"
+        )
     return names
+
+
+def _shifts(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers such as -1 0 1 (or -1,0,1), got {text!r}"
+        ) from None
+
+
+def _positional(text: str) -> Any:
+    """``--profile``: an output index, else a named head (``profile:chrombpnet``,
+    ``tracks:...``)."""
+    return int(text) if text.isdigit() else HEAD(text)
 
 
 def variants(sub: Any) -> Parser:
@@ -246,7 +266,11 @@ def variants(sub: Any) -> Parser:
     else)."""
     from ..attribution.methods import METHODS
 
-    p = _sub(sub, "variants", "effects of the variants of a VCF or a table into a TSV table")
+    p = _sub(
+        sub,
+        "variants",
+        "effects of the variants of a VCF or a table into a TSV, Parquet or VCF table",
+    )
     p.add_argument(
         "--model",
         required=True,
@@ -282,9 +306,59 @@ def variants(sub: Any) -> Parser:
     p.add_argument(
         "--score",
         type=_scores,
-        default=list(SCORES),
-        help="delta (alt - ref), log_ratio (log alt - log ref, for positive outputs) or both "
-        "as delta,log_ratio (default: delta,log_ratio)",
+        default=["delta", "log_ratio"],
+        help="comma list of scores: delta (alt - ref), log_ratio (log alt - log ref, for "
+        "positive outputs), logfc (log2 fold change of the counts of --head counts), jsd "
+        "(Jensen-Shannon distance of the --profile profiles), abs_logfc_x_jsd, log_sum "
+        "(log2(1 + alt) - log2(1 + ref) of --head tracks:...; Borzoi's logSED), l2 and log_l2 "
+        "(norm of the per-bin differences of --profile tracks:...; D2, logD2) "
+        "(default: delta,log_ratio)",
+    )
+    p.add_argument(
+        "--profile",
+        type=_positional,
+        help="the positional output that jsd and abs_logfc_x_jsd (a profile) or l2 and log_l2 "
+        "(bins x tracks) compare: an output index, or a head as for --head: "
+        "profile[:chrombpnet|bpnet-lite][,output=KEY] or tracks:... (default: output 0 for "
+        "profile scores)",
+    )
+    p.add_argument(
+        "--strands",
+        choices=["forward", "both"],
+        default="forward",
+        help="score each variant on the forward window, or on both strands (the reverse "
+        "complement too) averaged (default: %(default)s)",
+    )
+    p.add_argument(
+        "--shifts",
+        type=_shifts,
+        nargs="+",
+        default=[[0]],
+        help="window shifts in bases, averaged: --shifts -1 0 1 (or --shifts=-1,0,1) (default: 0)",
+    )
+    p.add_argument(
+        "--null",
+        choices=["shuffle", "matched"],
+        help="add an empirical p-value column per score against this null: SNVs in "
+        "dinucleotide-shuffled windows (shuffle) or random SNVs of the genome with matched "
+        "bases (matched) (default: none)",
+    )
+    p.add_argument(
+        "--n-null",
+        type=POSITIVE,
+        help="null draws with --null; p-values are at least 1/(n+1) (default: 10000)",
+    )
+    p.add_argument(
+        "--peaks",
+        help="a BED or narrowPeak file of the model's peaks: add each allele's prediction as a "
+        "quantile of the predictions on the peaks (ref/alt/active_quantile) (default: none)",
+    )
+    p.add_argument(
+        "--random-state",
+        type=int,
+        default=0,
+        help="seed of the null and of the --attributions method's random baselines "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--attributions",
@@ -319,8 +393,9 @@ def variants(sub: Any) -> Parser:
         "-o",
         "--out",
         required=True,
-        help="the table to write: TSV, or Parquet for a .parquet name; a rerun with the same "
-        "settings resumes it",
+        help="the table to write, its format from its name: TSV; Parquet (.parquet); VCF "
+        "(.vcf, .vcf.gz bgzipped with a tabix index, or .bcf): the input's records with one "
+        "INFO key SA_<column> per value column; a rerun with the same settings resumes it",
     )
     p.add_argument("--overwrite", action="store_true", help="replace --out instead of resuming it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -328,7 +403,8 @@ def variants(sub: Any) -> Parser:
         "--shard",
         type=SHARD,
         help="i/n: score the i-th of n contiguous blocks of the variants into "
-        "OUT.shard-i-of-n.tsv (default: from SLURM_ARRAY_TASK_ID/COUNT or RANK/WORLD_SIZE)",
+        "OUT.shard-i-of-n.tsv (or .vcf.gz, ...) (default: from SLURM_ARRAY_TASK_ID/COUNT or "
+        "RANK/WORLD_SIZE)",
     )
     return p
 
