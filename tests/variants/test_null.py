@@ -164,6 +164,18 @@ def test_table_pvalues_equal_a_count_over_the_null_scored_by_hand(big_genome, mo
     assert "pvalue_delta_2" in columns and "pvalue_log_ratio_0" in columns
 
 
+def test_the_null_is_scored_with_the_tables_strands_and_shifts(big_genome, model):
+    variants = _snvs(big_genome)
+    views = dict(length=L, target=1, score="delta", strands="both", shifts=(-2, 0, 1))
+    result = sa.variant_effects(model, big_genome, variants, null="shuffle", n_null=120, **views)
+    drawn = _draw("shuffle", big_genome, variants, n_null=120, pad=2)
+    null = sa.variant_effects(model, drawn.contigs, drawn.table, **views).scores["delta"]
+    expected = _brute_pvalues(result.scores["delta"], null)
+    assert_close(result.derived["pvalue_delta"], expected, 1e-6)
+    forward = sa.variant_effects(model, drawn.contigs, drawn.table, length=L, target=1)
+    assert not np.allclose(forward.scores["delta"], null)  # the views matter
+
+
 def test_shards_and_batches_share_one_null(big_genome, model):
     variants = _snvs(big_genome)
     common = dict(length=L, target=0, score="delta", null="shuffle", n_null=120)
