@@ -52,6 +52,10 @@ def _windows(genome, variants, length):
 
 @pytest.fixture(scope="module", name="bpnet")
 def bpnet_fixture():
+    return make_bpnet()
+
+
+def make_bpnet():
     """bpnet-lite's BPNet (8 filters, 2 layers, two profile strands, one counts output),
     random weights scaled so that the profiles are far from uniform."""
     import torch
