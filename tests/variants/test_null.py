@@ -14,6 +14,7 @@ from variant_cases import L, other_base
 
 import seqattrib as sa
 from seqattrib.io.fingerprint import sequences_fingerprint
+from seqattrib.variants import merge_effects, read_effects
 from seqattrib.variants.catalog import GenomeText, catalog
 from seqattrib.variants.effects import _content_fingerprint
 from seqattrib.variants.null import draw_null, empirical_pvalues, ranked_null
@@ -186,6 +187,21 @@ def test_shards_and_batches_share_one_null(big_genome, model):
         )
         rows = slice(i * 10, (i + 1) * 10)
         assert_close(part.derived["pvalue_delta"], full.derived["pvalue_delta"][rows], FLOAT32)
+
+
+def test_shard_tables_with_a_null_merge_into_the_full_table(big_genome, model, tmp_path):
+    variants = _snvs(big_genome)
+    common = dict(length=L, target=[0, 1], score="delta", null="matched", n_null=100)
+    full = sa.variant_effects(model, big_genome, variants, **common).columns()
+    parts = [
+        sa.variant_effects(
+            model, big_genome, variants, shard=(i, 2), out=tmp_path / f"s{i}.tsv", **common
+        )
+        for i in range(2)
+    ]
+    merged = read_effects(merge_effects(parts, tmp_path / "all.tsv")).columns
+    for name in ("pvalue_delta_0", "pvalue_delta_1", "delta_1"):
+        assert_close(merged[name], full[name], FLOAT32)
 
 
 def test_a_table_of_another_null_is_refused_on_resume(big_genome, model, tmp_path):
