@@ -26,13 +26,14 @@ value). It can never be below ``1 / (n_null + 1)``.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._errors import parameter_error
+from .._errors import SeqAttribWarning, parameter_error, user_stacklevel
 from .._validation import resolve_seed
 from ..attribution.baselines import dinucleotide_shuffle
 from ..io.fasta import Genome
@@ -53,6 +54,7 @@ MAX_DISTANCE = 1000
 #: Positions tried per matched draw before the null is refused as impossible to draw.
 _TRIES = 200
 _BASES = "ACGT"
+_LETTERS = np.frombuffer(b"ACGTN", dtype=np.uint8)
 _EYE = np.vstack([np.eye(4, dtype=np.float32), np.zeros((1, 4), np.float32)])
 
 
@@ -100,7 +102,7 @@ def _codes(text: str) -> np.ndarray:
 
 
 def _text(codes: np.ndarray) -> str:
-    return "".join(np.array(list(_BASES + "N"))[codes])
+    return bytes(_LETTERS[codes]).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,18 @@ def draw_null(
     (``pad``: the largest window shift) with the SNV at base ``pad + length // 2``.
 
     ``found`` is the job's whole catalog (never a shard of it), ``genome`` the user's genome,
-    ``fingerprints`` those of the variants and the genome (hex digests).
+    ``fingerprints`` those of the variants and the genome (hex digests). The contigs are held in
+    memory (``n_null * (length + 2 * pad)`` bytes): a warning says so beyond 1 GiB.
     """
     fetch = genome_fetcher(genome)
     span = length + 2 * pad
+    if n_null * span > 2**30:
+        warnings.warn(
+            f"{func}: the null holds {n_null} windows of {span} bases in memory "
+            f"({n_null * span / 2**30:.1f} GiB); pass a smaller n_null to hold less.",
+            SeqAttribWarning,
+            stacklevel=user_stacklevel(),
+        )
     at = pad + centre(length)
     snv = np.flatnonzero(found.snv_base >= 0)
     contigs: dict[str, str] = {}
@@ -182,9 +192,7 @@ def _shuffled(
     chrom, pos = found.chroms[found.chrom[i]], int(found.pos[i])
     # the variant's window widened by the shifts, moved inside its chromosome if need be
     lo = min(max(0, pos - 1 - at), max(0, sizes[chrom] - span))
-    codes = _codes(fetch(chrom, lo, lo + span))
-    if len(codes) < span:  # a chromosome shorter than the span: filled from its own bases
-        codes = np.resize(codes, span)
+    codes = _codes(fetch(chrom, lo, lo + span))  # the catalog kept windows that fit
     walk = dinucleotide_shuffle(_EYE[codes], 1, rng)[0]
     shuffled = np.where(walk.any(axis=1), walk.argmax(axis=1), 4)
     if found.snv_base[i] >= 0:
