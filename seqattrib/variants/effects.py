@@ -299,18 +299,19 @@ def variant_effects(
         chromosome end).
     null : {None, "shuffle", "matched"}
         Add an empirical p-value column ``pvalue_<score>_T`` per score: the null is ``n_null``
-        SNVs scored exactly as the table (same model, head, scores and window), once before
-        its rows. ``"shuffle"`` (ChromBPNet's null): each a scored variant's window shuffled
-        with its dinucleotide counts kept, that variant's REF and ALT at the centre (a random
-        SNV for an indel); ``"matched"``: random SNVs of the genome with the REF and ALT bases
-        of a scored SNV, at least ``min(length // 2, 1000)`` bases from every scored variant.
-        The p-value of a score s is ``(1 + #{|null| >= |s|}) / (n_null + 1)``: one-sided on
-        absolute values (signed scores such as ``delta`` and ``log_ratio``), so it is never
-        below ``1 / (n_null + 1)``.
+        SNVs scored exactly as the table (same model, heads, scores, strands, shifts and
+        window), once before its rows. ``"shuffle"`` (ChromBPNet's null): each a scored
+        variant's window shuffled with its dinucleotide counts kept, that variant's REF and ALT
+        at the centre (a random SNV for an indel); ``"matched"``: random SNVs of the genome with
+        the REF and ALT bases of a scored SNV, at least ``min(length // 2, 1000)`` bases from
+        every scored variant. The p-value of a score s is ``(1 + #{|null| >= |s|}) / (n + 1)``
+        over the n finite null scores of its target: one-sided on absolute values (ChromBPNet's
+        right-tailed p-value of ``|logfc|``, ``jsd`` and their product), never below
+        ``1 / (n_null + 1)``; a score of exactly 0 gets 1.
     n_null : int
         Null draws (at least 100). The default, 10,000, resolves p-values down to 1e-4 with
-        about 10 % relative error at p = 0.01; the null costs as much as scoring ``n_null``
-        variants.
+        about 10 % relative error at p = 0.01; the null costs about as much as scoring
+        ``n_null`` variants, and holds its ``n_null`` windows in memory.
     peaks : str, path or seqattrib.io.Regions, optional
         A BED or narrowPeak file (or regions) of the model's peaks: the model's predictions on
         a window of ``length`` centred on each peak (summit) are made once, and the table gets
