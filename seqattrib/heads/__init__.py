@@ -146,6 +146,7 @@ def tracks(
     output: int | str | None = None,
     track_names: Sequence[str] | None = None,
     track_axis: int = -1,
+    strand_pair: Sequence[int] | None = None,
 ) -> Tracks:
     """One value per sequence from a (batch, bins, tracks) output (Enformer, Borzoi).
 
@@ -175,6 +176,12 @@ def tracks(
     track_axis : {-1, 1}
         -1 for (batch, bins, tracks) outputs (enformer-pytorch), 1 for (batch, tracks, bins)
         (borzoi-pytorch).
+    strand_pair : sequence of int, optional
+        For each of the model's tracks, the track of the other strand (itself for an
+        unstranded track), as the ``strand_pair`` column of Borzoi's targets file. Used when
+        the output of a reverse-complemented window is turned back to the forward strand
+        (``variant_effects(strands="both")``): its bins are reversed and its stranded tracks
+        swapped.
 
     Returns
     -------
@@ -196,6 +203,7 @@ def tracks(
         None if minus is None else canonical_tracks(minus, track_names, "minus"),
         _output(output, func),
         -1 if track_axis == 2 else track_axis,
+        None if strand_pair is None else canonical_tracks(strand_pair, None, "strand_pair"),
     )
 
 

@@ -12,7 +12,10 @@ GRAMMAR = {
     "profile": ("convention", ("convention", "output")),
     "counts": ("output", ("output",)),
     "logsumexp-counts": ("outputs", ("outputs",)),
-    "tracks": ("track", ("track", "bins", "reduce", "transform", "minus", "output", "track_axis")),
+    "tracks": (
+        "track",
+        ("track", "bins", "reduce", "transform", "minus", "output", "track_axis", "strand_pair"),
+    ),
 }
 EXAMPLES = (
     "profile:chrombpnet, profile:bpnet-lite, counts, counts:1, logsumexp-counts:1+2, or "
@@ -98,4 +101,5 @@ _VALUES: dict[str, Callable[[str, str], Any]] = {
     "reduce": _word,
     "transform": _word,
     "track_axis": _int,
+    "strand_pair": _ints,
 }

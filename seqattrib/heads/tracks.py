@@ -40,6 +40,7 @@ class Tracks(NamedHead):
     minus: tuple[int, ...] | None = None
     output: int | str | None = None
     track_axis: int = -1
+    strand_pair: tuple[int, ...] | None = None
 
     def __call__(self, raw: Any) -> Any:
         picked, ops, (on_tracks, off_tracks), _ = self._picked(raw)
@@ -58,14 +59,27 @@ class Tracks(NamedHead):
         return reduce(chosen, (3 - bin_axis,))
 
     def reoriented(self, raw: Any) -> Any:
-        """The raw output of reverse-complemented windows with the bins turned back to the
-        forward orientation (the bin axis reversed, before the bins are chosen)."""
+        """The raw output of reverse-complemented windows turned back to the forward strand:
+        the bin axis reversed (before the bins are chosen) and, with ``strand_pair``, each
+        track replaced by its other strand's."""
         values = select(raw, self.output, "tracks")
         ops = ops_for(values, "tracks", "output")
-        if len(ops.shape(values)) != 3:
+        shape = ops.shape(values)
+        if len(shape) != 3:
             return raw  # refused with its message when the head reads it
-        bin_axis = 1 if self.track_axis == -1 else 2
-        return replace(raw, self.output, ops.flip(values, [bin_axis]))
+        track_axis = 2 if self.track_axis == -1 else 1
+        flipped = ops.flip(values, [3 - track_axis])
+        if self.strand_pair is not None:
+            if len(self.strand_pair) != shape[track_axis]:
+                raise mismatch(
+                    "tracks",
+                    "strand_pair",
+                    f"one track index per track of the model ({shape[track_axis]})",
+                    f"{len(self.strand_pair)} indices for a model returning {describe_output(raw)}",
+                )
+            pairs = _tracks(self.strand_pair, shape[track_axis], "strand_pair", "the model")
+            flipped = ops.take(flipped, pairs, track_axis)
+        return replace(raw, self.output, flipped)
 
     def _picked(self, raw: Any) -> tuple[Any, ModuleType, tuple[list[int], list[int]], int]:
         """The output restricted to the chosen bins, its operations, the track indices (on,

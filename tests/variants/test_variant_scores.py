@@ -214,15 +214,17 @@ def _tracks_model():
     return Model().eval()
 
 
-def test_bin_scores_equal_borzoi_statistics_with_bins_turned_back():
+@pytest.mark.parametrize("strand_pair", [None, (1, 0, 2)])
+def test_bin_scores_equal_borzoi_statistics_with_bins_turned_back(strand_pair):
     """logSED (log_sum), D2 (l2) and logD2 (log_l2) over chosen bins of chosen tracks, both
     strands: the reverse strand's bins are reversed before the bins are chosen (an asymmetric
-    choice of bins tells)."""
+    choice of bins tells), and with ``strand_pair`` its tracks 0 and 1 swapped (Borzoi's
+    stranded tracks)."""
     model = _tracks_model()
     genome = _genome(6)
     variants = _snvs(genome)
     bins = [1, 2, 3]
-    head = heads.tracks([0, 2], bins=bins)
+    head = heads.tracks([0, 2], bins=bins, strand_pair=strand_pair)
     result = sa.variant_effects(
         model,
         genome,
@@ -240,6 +242,8 @@ def test_bin_scores_equal_borzoi_statistics_with_bins_turned_back():
         x = one_hot(texts, "NLC")
         forward = predict(model, np.ascontiguousarray(x.transpose(0, 2, 1)))
         reverse = predict(model, np.ascontiguousarray(x[:, ::-1, ::-1].transpose(0, 2, 1)))
+        if strand_pair is not None:
+            reverse = reverse[:, :, list(strand_pair)]
         mean = (forward.astype(np.float64) + reverse[:, ::-1].astype(np.float64)) / 2
         per_bin[name] = mean[:, bins][:, :, [0, 2]].sum(axis=2)  # (n, bins)
     ref_sum, alt_sum = per_bin["ref"].sum(1), per_bin["alt"].sum(1)
