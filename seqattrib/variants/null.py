@@ -163,10 +163,10 @@ def draw_null(
         positions.append(at + 1)
         refs.append(ref)
         alts.append(alt)
-    table = {
+    table: dict[str, list[Any]] = {
         "chrom": chroms,
         "pos": positions,
-        "id": [f"null{j}" for j in range(n_null)],
+        "id": chroms,
         "ref": refs,
         "alt": alts,
     }
