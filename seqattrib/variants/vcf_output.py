@@ -159,7 +159,7 @@ class _Lines:
     def finish(self, func: str) -> None:
         """The text VCF becomes ``path`` (compressed or BCF by its name), then its index."""
         self._handle.close()
-        lower, partial = self.path.lower(), self.path + ".new"
+        lower, partial, full = self.path.lower(), self.path + ".new", self.path + ".new.full.vcf"
         pysam, quiet = _quiet()
         try:
             if lower.endswith(".vcf"):
@@ -168,14 +168,15 @@ class _Lines:
             if lower.endswith(".vcf.gz"):
                 pysam.tabix_compress(self.text, partial, force=True)
             else:
-                with pysam.VariantFile(self.text, "r") as source:
+                text = self.text if _declares_all(self.text, full) else full
+                with pysam.VariantFile(text, "r") as source:
                     with pysam.VariantFile(partial, "wb", header=source.header) as target:
                         for rec in source:
                             target.write(rec)
             os.replace(partial, self.path)
         finally:
             pysam.set_verbosity(quiet)
-            for leftover in (self.text, partial):
+            for leftover in (self.text, partial, full):
                 if os.path.exists(leftover):
                     os.remove(leftover)
         if self.sorted:
@@ -193,6 +194,24 @@ class _Lines:
         for leftover in (self.text, self.path + ".new"):
             if os.path.exists(leftover):
                 os.remove(leftover)
+
+
+def _declares_all(text: str, full: str) -> bool:
+    """Whether the header of the text VCF ``text`` declares every INFO, FORMAT, FILTER and
+    contig its records use (a BCF needs them: htslib cannot write a record with another);
+    if not, ``full`` is written: the same VCF with htslib's declarations of the others."""
+    pysam = import_optional("pysam")
+    with pysam.VariantFile(text, "r") as handle:
+        before = str(handle.header)
+        for _ in handle:
+            pass
+        after = str(handle.header)
+    if after == before:
+        return True
+    with open(full, "w", encoding="utf-8") as target, open(text, encoding="utf-8") as source:
+        target.write(after)
+        target.writelines(line for line in source if not line.startswith("#"))
+    return False
 
 
 def make_index(path: str, func: str) -> None:

@@ -163,6 +163,23 @@ def test_a_table_input_gives_minimal_records(tmp_path, model):
     np.testing.assert_array_equal(back.columns["delta_2"], memory.scores["delta"][:, 1])
 
 
+def test_a_bcf_of_an_input_that_declares_neither_its_keys_nor_its_contigs(tmp_path, model):
+    """htslib writes no BCF record with an undeclared key: the output declares them."""
+    cases = scored_cases(GENOME)[:3]
+    lines = ["##fileformat=VCFv4.2", "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
+    lines += [f"{c}\t{p}\tv{i}\t{r}\t{a}\t.\tPASS\tXX=a{i}" for i, (c, p, r, a) in enumerate(cases)]
+    vcf = tmp_path / "calls.vcf"
+    vcf.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "effects.bcf"
+    sa.variant_effects(model, GENOME, vcf, out=out, **KWARGS)
+    with pysam.VariantFile(str(out)) as handle:
+        assert [r.info["XX"] for r in handle] == ["a0", "a1", "a2"]
+    memory = sa.variant_effects(model, GENOME, vcf, **KWARGS)
+    np.testing.assert_array_equal(
+        read_effects(out).columns["delta_2"], memory.scores["delta"][:, 1]
+    )
+
+
 class _Stopped(Exception):
     pass
 
