@@ -53,6 +53,8 @@ SEQLET_KEYWORDS = (
 )
 #: Bytes of contributions read per block (as iter_seqlets's default blocks).
 _BLOCK_BYTES = 64 * 2**20
+#: BED lines sorted in memory at a time (the BED is merged from sorted runs of this many).
+_RUN_LINES = 1 << 18
 _FIX = "Pass overwrite=True to replace it, or choose another path."
 _UNNAMED = "seqlet"
 BED_COLUMNS = ("chrom", "start", "end", "name", "score", "strand")
@@ -400,19 +402,27 @@ def motif_instances(
         raise parameter_error(func, "n_matches", "a positive int", n_matches, "Pass e.g. 3.")
     if not isinstance(max_q_value, (int, float)) or not 0 <= max_q_value <= 1:
         raise parameter_error(func, "max_q_value", "a number in [0, 1]", max_q_value)
+    if controls is not None and not isinstance(controls, (str, os.PathLike)):
+        raise parameter_error(
+            func, "controls", "None or the path of a tracks file", type(controls).__name__,
+            "Write the control attributions to a tracks file (out=) and pass its path.",
+            error=TypeError, described=True,
+        )  # fmt: skip
     tracks = os.fspath(tracks)
     defaults = inspect.signature(iter_seqlets).parameters
     options = {key: seqlet_options.get(key, defaults[key].default) for key in SEQLET_KEYWORDS}
     database = read_motifs(motifs) if motifs is not None else None
-    probe = iter_seqlets(tracks, target=target, block_size=1, **{**options, "max_fdr": None})
-    del probe  # checks the file, the targets and the settings at once (one-line errors)
+    # checks the file, the targets, the controls and the settings before anything is written
+    iter_seqlets(tracks, target=target, block_size=1, controls=controls, **options)
     from ..io.tracks_format import open_tracks
 
     with open_tracks(tracks, func, "tracks") as f:
         file_targets = [int(t) for t in f.json_attribute("settings")["targets"]]
         has_regions = "regions" in f
     targets = (
-        file_targets if target is None else ([target] if isinstance(target, int) else list(target))
+        file_targets
+        if target is None
+        else ([int(target)] if isinstance(target, (int, np.integer)) else list(target))
     )
     if coordinates == "genome" and not has_regions:
         raise parameter_error(
@@ -498,9 +508,11 @@ def _write_table(
             )  # fmt: skip
         key = first_difference(stored, json.loads(json.dumps(settings)))
         if key is not None:
-            what = {"tracks": "another tracks file", "motifs": "another motif file"}.get(
-                key, f"{key}={stored.get(key)!r} (now {settings.get(key)!r})"
-            )
+            what = {
+                "tracks": "another tracks file",
+                "motifs": "another motif file",
+                "controls": "other control tracks (controls=)",
+            }.get(key, f"{key}={stored.get(key)!r} (now {settings.get(key)!r})")
             raise parameter_error(
                 func, "out", "a new path, or tables written with the same settings to resume",
                 f"{tsv!r}, written with {what}", _FIX, described=True,
@@ -574,8 +586,8 @@ def _bed_rows(handle: Any) -> Iterator[tuple[str, int, int, str]]:
 
 
 def _finish(tsv: str, bed: str, summary: str, settings: dict[str, Any], func: str) -> int:
-    """The BED file (sorted by chromosome and start, by merging sorted runs of 2**20 lines) and
-    the summary, from the complete TSV table."""
+    """The BED file (sorted by chromosome and start, by merging sorted runs of ``_RUN_LINES``
+    lines) and the summary, from the complete TSV table."""
     names = columns(settings["n_matches"], settings["coordinates"])
     at = {name: i for i, name in enumerate(names)}
     genome = settings["coordinates"] == "genome"
@@ -600,7 +612,7 @@ def _finish(tsv: str, bed: str, summary: str, settings: dict[str, Any], func: st
             rest = f"{fields[at['name']]}\t{fields[at['score']]}\t{fields[at['strand']]}\n"
             chunk.append((chrom, start, end, rest))
             counts[(int(fields[at["target"]]), fields[at["name"]])] += 1
-            if len(chunk) == 1 << 20:
+            if len(chunk) == _RUN_LINES:
                 spill()
         if chunk:
             spill()

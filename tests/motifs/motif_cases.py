@@ -53,14 +53,15 @@ def _one_hot(rng, sites):
     return np.eye(4, dtype=np.float32)[letters]
 
 
-def make_tracks(path, *, regions=True, scale=1.0, seed=0):
+def make_tracks(path, *, regions=True, scale=1.0, seed=0, planted=True):
     """GATA at 20 (plus strand) and its reverse complement at 60 in every sequence; the
-    weights of target 0 reward those bases there, target 1 has small noise only."""
+    weights of target 0 reward those bases there (unless not ``planted``: controls), target 1
+    has small noise only."""
     rng = np.random.default_rng(seed)
     rc = GATA[::-1].translate(str.maketrans("ACGT", "TGCA"))
     X = _one_hot(rng, [(20, GATA), (60, rc)])
     w = rng.normal(0, 0.02, size=(2, LENGTH, 4))
-    for start, motif in ((20, GATA), (60, rc)):
+    for start, motif in ((20, GATA), (60, rc)) if planted else ():
         for i, base in enumerate(motif):
             w[0, start + i, "ACGT".index(base)] = 1.0
     w *= scale

@@ -205,3 +205,18 @@ def test_without_motifs_seqlets_are_unnamed(files, tmp_path):
     result = motif_instances(files.tracks, None, out=tmp_path / "m.bed", **SETTINGS)
     table = read_instances(result.tsv)
     assert len(table) > 0 and set(table.name) == {"seqlet"} and set(table.strand) == {"."}
+
+
+def test_control_tracks_give_each_seqlet_a_false_discovery_rate(files, tmp_path):
+    controls = make_tracks(tmp_path / "controls.h5", seed=4, planted=False)
+    out = tmp_path / "m.bed"
+    result = motif_instances(files.tracks, files.meme, out=out, controls=controls, **SETTINGS)
+    table = read_instances(result.tsv)
+    assert np.isfinite(table.fdr).all() and ((table.fdr >= 0) & (table.fdr <= 1)).all()
+    planted = table[(table.target == 0) & (table.name == "GATA1")]
+    assert len(planted) == 2 * N and (planted.fdr < 0.05).all()
+    other = make_tracks(tmp_path / "other_controls.h5", seed=5, planted=False)
+    with pytest.raises(ValueError, match="controls="):
+        motif_instances(files.tracks, files.meme, out=out, controls=other, **SETTINGS)
+    with pytest.raises(TypeError, match="'controls' parameter of motif_instances"):
+        motif_instances(files.tracks, files.meme, out=out, controls=np.zeros((2, 100)))
