@@ -230,16 +230,9 @@ class _Matcher:
                 "'matched'",
                 "Pass null='shuffle'.",
             )
+        # chromosomes that hold a window (the scored variants' chromosomes among them)
         names = [c for c, size in sizes.items() if size >= self.span]
         room = np.array([sizes[c] - self.span + 1 for c in names], dtype=np.float64)
-        if not names:
-            raise parameter_error(
-                func,
-                "genome",
-                f"a chromosome of at least {self.span} bases to draw the matched null from",
-                f"chromosomes of at most {max(sizes.values(), default=0)} bases",
-                described=True,
-            )
         self.names, self.room, self.weights = names, room.astype(np.int64), room / room.sum()
         self.scored = {
             name: np.sort(found.pos[found.chrom == k] - 1) for k, name in enumerate(found.chroms)
