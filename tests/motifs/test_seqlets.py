@@ -175,8 +175,9 @@ def test_iter_seqlets_equals_seqlets_at_any_block_size(tracks_file):
     assert set(both.target.tolist()) == {0, 2}
     # with the file itself as its controls, every seqlet is as likely as a control one
     with_controls = Seqlets.concat(
-        list(iter_seqlets(tracks_file, block_size=4, controls=tracks_file))
+        list(iter_seqlets(tracks_file, block_size=4, controls=tracks_file, **settings))
     )
+    assert len(with_controls) == len(both)
     np.testing.assert_allclose(with_controls.fdr, 1.0, rtol=1e-12)
 
 
