@@ -89,6 +89,28 @@ def test_allele_quantiles_among_predictions_on_the_peak_windows(big_genome, mode
     assert np.array_equal(again.derived["alt_quantile"], result.derived["alt_quantile"])
 
 
+def _reverse_complement(text):
+    return text[::-1].translate(str.maketrans("ACGT", "TGCA"))
+
+
+def test_peak_predictions_use_the_tables_strands_and_shifts(big_genome, model, tmp_path):
+    path = tmp_path / "peaks.narrowPeak"
+    centres = _peaks(path)
+    variants = _snvs(big_genome)
+    views = dict(length=L, target=2, strands="both", shifts=(-1, 0, 2))
+    result = sa.variant_effects(model, big_genome, variants, peaks=path, **views)
+    c = L // 2
+    # shift s moves the window s bases to the left
+    windows = [
+        big_genome[chrom][at - c - s : at - c - s + L] for chrom, at in centres for s in (-1, 0, 2)
+    ]
+    forward = predict(model, one_hot(windows, "NLC"))[:, 2]
+    reverse = predict(model, one_hot([_reverse_complement(w) for w in windows], "NLC"))[:, 2]
+    peak = ((forward + reverse) / 2).reshape(len(centres), 3).mean(axis=1)
+    expected = [np.mean(peak < v) for v in result.predictions["alt"]]
+    assert_close(result.derived["alt_quantile"], expected, 1e-6)
+
+
 def test_peaks_as_regions_and_windows_off_the_chromosome(big_genome, model):
     variants = _snvs(big_genome)
     regions = sa.io.Regions.from_arrays(["chr1", "chr1", "chr2"], [0, 500, 1490], [4, 520, 1500])
