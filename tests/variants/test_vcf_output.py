@@ -138,6 +138,35 @@ def test_vcf_reads_back_with_the_tsv_values(tmp_path, model, runs, suffix):
     assert (tmp_path / "effects.skipped.tsv").exists()
 
 
+@pytest.mark.parametrize("kind", ["bgzip", "bcf"])
+def test_bgzip_and_bcf_inputs_keep_their_records(tmp_path, model, runs, kind):
+    """A bgzipped VCF's lines are kept as they are; a BCF's records as htslib writes them (its
+    floats with 6 significant digits; no symbolic <DEL>, which a BCF needs declared)."""
+    vcf, path = runs
+    source = tmp_path / ("calls.vcf.gz" if kind == "bgzip" else "calls.bcf")
+    if kind == "bgzip":
+        pysam.tabix_compress(str(vcf), str(source))
+    else:
+        text = tmp_path / "calls.vcf"
+        lines = vcf.read_text().splitlines(keepends=True)
+        text.write_text("".join(line for line in lines if "<DEL>" not in line))
+        with pysam.VariantFile(str(text)) as handle:
+            with pysam.VariantFile(str(source), "wb", header=handle.header) as target:
+                for rec in handle:
+                    target.write(rec)
+    out = tmp_path / "effects.vcf"
+    _run(model, source, out)
+    records = [line for line in out.read_text().splitlines() if not line.startswith("#")]
+    info = [dict(e.split("=") for e in line.split("\t")[7].split(";")) for line in records]
+    assert {i["AF"].split(",")[0] for i in info} == {
+        "0.123456789" if kind == "bgzip" else "0.123457"
+    }
+    assert all(line.endswith("\tGT\t0/1") for line in records)
+    expected = read_effects(path)
+    for name, values in expected.columns.items():
+        np.testing.assert_array_equal(read_effects(out).columns[name], values)
+
+
 def test_a_table_input_gives_minimal_records(tmp_path, model):
     g = GENOME["chr1"]
     variants = {
