@@ -473,8 +473,8 @@ def merge(sub: Any) -> Parser:
         "shards",
         nargs="+",
         help="every shard file of the job, in any order: tracks files, features stores of "
-        "trak fit or tracin fit, or the tables of seqattrib variants (their attribution "
-        "tracks are merged with them)",
+        "trak fit or tracin fit, or the tables of seqattrib variants: TSV, Parquet or VCF "
+        "(their attribution tracks are merged with them)",
     )
     add_out(p, "--output", "the merged tracks file, features store or table", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
