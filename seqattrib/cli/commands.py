@@ -21,6 +21,8 @@ from .sequences import load_sequences
 
 #: The image formats ``seqattrib plot`` writes, by file name suffix.
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+#: The variant tables written as text first and converted when every variant is in.
+CONVERTED = (".parquet", ".vcf", ".vcf.gz", ".bcf")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -531,6 +533,8 @@ def interrupted(args: argparse.Namespace) -> str:
     if args.command in ("explain", "ism", "variants"):
         shard = args.shard if args.shard is not None else resolve_shard(None)
         out = args.out if shard is None else table_shard_path(args.out, *shard)
+        if args.command == "variants" and out.lower().endswith(CONVERTED):
+            out += ".partial.tsv"  # the rows, until every variant is in
         return (
             f"{out} keeps the rows written so far; rerun the same command to resume it "
             "(--overwrite starts again)."

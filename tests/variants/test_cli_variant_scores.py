@@ -146,6 +146,30 @@ def test_vcf_shards_are_named_before_the_suffix_and_merged(files, argv, tmp_path
     _same_table(merged, expected)
 
 
+def test_an_interrupted_run_names_what_it_kept_and_resumes(files, argv, tmp_path, capsys):
+    from seqattrib.variants import table as effects_table
+
+    out = tmp_path / "effects.vcf.gz"
+    flags = ["--head", "counts:1", "--score", "logfc", "--max-cpu-sequences", "2", "-o", str(out)]
+    write = effects_table.EffectsWriter.write
+    calls = []
+
+    def interrupt_after_one(self, start, block):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(start)
+        write(self, start, block)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(effects_table.EffectsWriter, "write", interrupt_after_one)
+        assert main([*argv, *flags]) == 130
+    err = capsys.readouterr().err
+    assert f"{out}.partial.tsv keeps the rows written so far" in err, err
+    assert main([*argv, *flags]) == 0
+    expected = _api(files, output_fn=heads.counts(1), score="logfc")
+    _same_table(out, expected)
+
+
 @pytest.mark.parametrize(
     "flags, words",
     [
