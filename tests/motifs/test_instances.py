@@ -220,3 +220,46 @@ def test_control_tracks_give_each_seqlet_a_false_discovery_rate(files, tmp_path)
         motif_instances(files.tracks, files.meme, out=out, controls=other, **SETTINGS)
     with pytest.raises(TypeError, match="'controls' parameter of motif_instances"):
         motif_instances(files.tracks, files.meme, out=out, controls=np.zeros((2, 100)))
+
+
+def test_one_target_of_the_file_gives_its_rows_of_all_targets(files, tmp_path):
+    both = read_instances(
+        motif_instances(files.tracks, files.meme, out=tmp_path / "a.bed", **SETTINGS).tsv
+    )
+    one = read_instances(
+        motif_instances(files.tracks, files.meme, out=tmp_path / "b.bed", target=1, **SETTINGS).tsv
+    )
+    assert len(one) > 0 and set(one.target) == {1}
+    assert one.drop(columns="target").equals(
+        both[both.target == 1].drop(columns="target").reset_index(drop=True)
+    )
+
+
+@pytest.mark.slow
+def test_the_demo_sites_are_named_after_their_motif_family_in_jaspar(tmp_path):
+    """At the defaults, on the demo's tracks: the positive seqlets of each output that overlap a
+    site planted for it are named GATA-family (>= 95 %), bHLH (>= 85 %) and CTCF (>= 85 %)."""
+    from seqattrib import demo
+
+    jaspar = instances_module.Path(__file__).resolve().parents[2] / (
+        "../shared/data/cases/motifs/jaspar_2024_consensus.meme"
+    )
+    if not jaspar.exists():
+        pytest.skip(f"real validation data not found at {jaspar}")
+    demo.run_demo(tmp_path / "demo", verbose=False)
+    result = motif_instances(
+        tmp_path / "demo" / "tracks.h5", jaspar, out=tmp_path / "m.bed", n_jobs=1
+    )
+    table = read_instances(result.tsv)
+    data = demo.load_data()
+    starts, ends = data["motif_starts"][-100:], data["motif_ends"][-100:]
+    for target, (family, least) in enumerate(((":GATA", 0.95), (":bHLH", 0.85), ("CTCF", 0.85))):
+        rows = table[(table.target == target) & (table.sign == 1)]
+        position = rows.start - rows.region_start
+        first, last = starts[rows.example, target], ends[rows.example, target]
+        on_site = rows[
+            (first >= 0) & (position < last) & (position + rows.end - rows.start > first)
+        ]
+        assert len(on_site) >= 10, (target, len(on_site))
+        named = on_site.match1_id.str.contains(family, regex=False).mean()
+        assert named >= least, (family, named)
