@@ -114,8 +114,9 @@ def bed_score(p_value: np.ndarray) -> np.ndarray:
 
 
 def _clean(text: str) -> str:
-    """A name as one BED/TSV field: whitespace runs become ``_``."""
-    return "_".join(str(text).split()) or "."
+    """A name as one BED/TSV field: whitespace runs become ``_``, ``#`` (which starts a comment
+    for table readers) becomes ``%23``."""
+    return "_".join(str(text).replace("#", "%23").split()) or "."
 
 
 @dataclass
