@@ -128,17 +128,16 @@ def merge_effects(
                     if os.path.exists(index):
                         os.remove(index)
                 vcf_output.merge_vcf(paths, out, common, names[len(IDENTITY) :], func)
-                _merge_companions(paths, out, kinds, overwrite)
-                return Path(out)
-            with open(text, "w", encoding="utf-8") as target:
-                target.write(_settings_line(common) + "\t".join(names) + "\n")
-                for path in paths:
-                    _copy_lines(path, names, target, func)
-            if _is_parquet(out):
-                to_parquet(text, out, common)
-                os.remove(text)
             else:
-                os.replace(text, out)
+                with open(text, "w", encoding="utf-8") as target:
+                    target.write(_settings_line(common) + "\t".join(names) + "\n")
+                    for path in paths:
+                        _copy_lines(path, names, target, func)
+                if _is_parquet(out):
+                    to_parquet(text, out, common)
+                    os.remove(text)
+                else:
+                    os.replace(text, out)
         except OSError as exc:
             fix = "Free space (or fix the disk) and merge again: the shards are unchanged."
             raise disk_error(func, out, "writing the merged table", exc, fix) from exc
