@@ -573,7 +573,7 @@ class _TracksSource:
             file_targets = [int(t) for t in f.json_attribute("settings")["targets"]]
             rows = int(f.attrs["n_completed"])
             row_bytes = int(np.prod(sample)) * 4
-        chosen = _choose_targets(file_targets, target, func)
+        chosen = _choose_targets(file_targets, target, func, param)
         index = None if squeezed else [file_targets.index(t) for t in chosen]
         if block_size is None:
             block_size = max(1, _BLOCK_BYTES // (row_bytes * len(chosen)))
@@ -610,13 +610,15 @@ class _TracksSource:
                 yield first, projected
 
 
-def _choose_targets(file_targets: list[int], target: Any, func: str) -> list[int]:
-    """The targets chosen: all of the file's (None), one, or several."""
+def _choose_targets(file_targets: list[int], target: Any, func: str, param: str) -> list[int]:
+    """The targets chosen: all of the file's (None), one, or several. ``param`` names the
+    file: for a controls file, its targets must hold the ones chosen from the tracks."""
     if target is None:
         return file_targets
-    chosen = [target] if isinstance(target, (int, np.integer)) else list(target)
+    chosen = [target] if isinstance(target, (int, np.integer)) else target
     if (
-        not chosen
+        not isinstance(chosen, (list, tuple, np.ndarray))
+        or not len(chosen)
         or any(
             isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) for t in chosen
         )
@@ -626,6 +628,12 @@ def _choose_targets(file_targets: list[int], target: Any, func: str) -> list[int
             func, "target", "None, a target of the file or a list of distinct ones", target
         )
     missing = [int(t) for t in chosen if int(t) not in file_targets]
+    if missing and param == "controls":
+        raise parameter_error(
+            func, "controls", f"a tracks file with the targets {[int(t) for t in chosen]}",
+            f"a file of the targets {file_targets}",
+            "Compute the controls for the same targets as the tracks.", described=True,
+        )  # fmt: skip
     if missing:
         raise parameter_error(
             func, "target", f"targets of the file ({file_targets})", missing,

@@ -216,6 +216,16 @@ def test_bad_tracks_file_is_a_one_line_error(tracks_file, tmp_path):
     with pytest.raises(ValueError) as excinfo:
         list(iter_seqlets(tracks_file, target=1))
     _one_line(excinfo, "'target'", "[0, 2]")
+    with pytest.raises(ValueError) as excinfo:
+        list(iter_seqlets(tracks_file, target=1.5))
+    _one_line(excinfo, "'target'")
+    model = torch_model("convnet", convnet_weights(n_outputs=3), "NCL")
+    controls = tmp_path / "controls.h5"
+    sa.saliency(model, random_one_hot(5, 120, seed=2, layout="NCL"), target=[0], out=controls)
+    with pytest.raises(ValueError) as excinfo:
+        list(iter_seqlets(tracks_file, controls=controls))
+    _one_line(excinfo, "'controls'", "[0, 2]")
+    assert len(Seqlets.concat(list(iter_seqlets(tracks_file, target=0, controls=controls))))
     broken = tmp_path / "nan.h5"
     broken.write_bytes(tracks_file.read_bytes())
     with h5py.File(broken, "r+") as f:
