@@ -27,7 +27,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "**/_*.md"]  # _name.md: a section included in a page
 
 myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3

@@ -88,7 +88,12 @@ def blocks(page: Path) -> list[Block]:
     return [b for b in fenced_blocks(page.read_text()) if b.lang in RUN]
 
 
-SOURCES = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)
+# _name.md files are sections included in a page, not pages
+SOURCES = sorted(
+    p
+    for p in DOCS.rglob("*.md")
+    if "_build" not in p.relative_to(DOCS).parts and not p.name.startswith("_")
+)
 PAGES = [p.relative_to(DOCS).as_posix() for p in SOURCES if blocks(p)]
 
 
