@@ -340,7 +340,10 @@ def variant_effects(
     [[backend]]
     out : path, optional
         Stream the table into this file (TSV; Parquet for a ``.parquet`` name, ``pip install
-        'seqattrib[parquet]'``) and return its path. A rerun with the same settings, model
+        'seqattrib[parquet]'``; a VCF for a ``.vcf``, ``.vcf.gz`` (bgzip, tabix index) or
+        ``.bcf`` name: the input's records with one ``Number=A`` INFO key ``SA_<column>`` per
+        value column, ``pip install 'seqattrib[variants]'``) and return its path. A rerun with
+        the same settings, model
         (the fingerprint of its parameters and buffers) and ``output_fn`` resumes it (or reuses
         it when finished), after checking each row against the variants; anything else is an
         error unless ``overwrite``. In a TSV table a chromosome name or id that holds ``%``, a
