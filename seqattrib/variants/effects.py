@@ -343,12 +343,12 @@ def variant_effects(
         'seqattrib[parquet]'``; a VCF for a ``.vcf``, ``.vcf.gz`` (bgzip, tabix index) or
         ``.bcf`` name: the input's records with one ``Number=A`` INFO key ``SA_<column>`` per
         value column, ``pip install 'seqattrib[variants]'``) and return its path. A rerun with
-        the same settings, model
-        (the fingerprint of its parameters and buffers) and ``output_fn`` resumes it (or reuses
-        it when finished), after checking each row against the variants; anything else is an
-        error unless ``overwrite``. In a TSV table a chromosome name or id that holds ``%``, a
-        tab, a newline or a carriage return is percent-encoded (``%25``, ``%09``, ``%0A``,
-        ``%0D``), so each row stays one line; ``read_effects`` decodes them.
+        the same settings, model (the fingerprint of its parameters and buffers) and
+        ``output_fn`` resumes it (or reuses it when finished), after checking each row against
+        the variants; anything else is an error unless ``overwrite``. In a TSV table a
+        chromosome name or id that holds ``%``, a tab, a newline or a carriage return is
+        percent-encoded (``%25``, ``%09``, ``%0A``, ``%0D``), so each row stays one line;
+        ``read_effects`` decodes them.
     [[overwrite]]
     shard : (index, count), optional
         Score only the index-th of count contiguous blocks of the kept variants;
