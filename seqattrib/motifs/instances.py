@@ -212,10 +212,10 @@ def _rows(
                     n_matches=k,
                     matrix=settings["matrix"],
                     n_jobs=n_jobs,
-                )  # fmt: skip
+                )
             )
             order.append(chosen)
-        matches = _reorder(parts, order, n, min(k, len(database)))
+        matches = _reorder(parts, order)
     names, strands = _named(matches, n, settings["max_q_value"])
     scores = bed_score(seqlets.p_value)
     width = min(k, len(database)) if database is not None else 0
@@ -247,7 +247,7 @@ def _rows(
     return "".join(lines)
 
 
-def _reorder(parts: list[Matches], order: list[np.ndarray], n: int, width: int) -> Matches:
+def _reorder(parts: list[Matches], order: list[np.ndarray]) -> Matches:
     """The matches of per-target subsets of seqlets, put back in the seqlets' order."""
     fields = {
         name: np.concatenate([getattr(p, name) for p in parts])
