@@ -86,12 +86,13 @@ def test_seqlets_equal_tangermeme(recursive_seqlets, kind, setting):
 @pytest.mark.slow
 def test_negative_seqlets_are_the_method_on_negated_tracks(recursive_seqlets):
     X = _tracks("planted", seed=3)
-    both = seqlets(X, threshold=1e-3)
+    both = seqlets(X, threshold=1e-3, min_length=5, max_length=20)
     negative = both.take(both.sign == -1)
     assert len(negative) > 0 and len(both.take(both.sign == 1)) > 0
-    _assert_agree(_keys(negative), _keys(recursive_seqlets(-X, threshold=1e-3)))
+    theirs = recursive_seqlets(-X, threshold=1e-3, min_seqlet_len=5, max_seqlet_len=20)
+    _assert_agree(_keys(negative), _keys(theirs))
     assert (negative.attribution < 0).all()
-    only = seqlets(X, threshold=1e-3, sign="negative")
+    only = seqlets(X, threshold=1e-3, min_length=5, max_length=20, sign="negative")
     np.testing.assert_array_equal(only.start, negative.start)
     np.testing.assert_array_equal(only.example, negative.example)
 
