@@ -14,6 +14,10 @@ length reaches the span's binned sum. A span is a seqlet when every span of at l
 ``min_length`` inside it has a p-value below ``threshold``; seqlets are taken from the longest
 length down, at each length in order of p-value, and never overlap. Negative seqlets are the
 same method on the negated tracks (with the null of the negated tracks).
+
+The defaults (``threshold=3e-5``, ``min_length=6``, ``max_length=25``, ``flank=0``) come from a
+sweep on the demo's tracks, checked on a trained model (the motifs guide, "Choosing the
+defaults"). tangermeme's are ``threshold=0.01`` and lengths 4 to 25: pass those to get its calls.
 """
 
 from __future__ import annotations
