@@ -316,3 +316,16 @@ def test_bad_score_settings_are_one_line_errors(bpnet):
                 bpnet, genome, variants, length=L, output_fn=heads.counts(1), **kwargs
             )
         assert "\n" not in str(caught.value), kwargs
+
+
+def test_a_strand_pair_that_does_not_fit_the_tracks_is_one_line_naming_it():
+    model = _tracks_model()
+    genome = _genome(6)
+    head = heads.tracks(0, strand_pair=(1, 0))  # the model has 3 tracks
+    with pytest.raises(
+        ValueError, match="'strand_pair' parameter of seqattrib.heads.tracks"
+    ) as caught:
+        sa.variant_effects(
+            model, genome, _snvs(genome), length=60, output_fn=head, score="delta", strands="both"
+        )
+    assert "\n" not in str(caught.value)
