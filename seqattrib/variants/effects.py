@@ -169,6 +169,29 @@ def _content_fingerprint(variants: Any, records: Any) -> str:
     return digest.hexdigest()
 
 
+def _check_ensemble(model: Any, positional: Any, views: Views, output_fn: Any, func: str) -> None:
+    """An ensemble (a list of models) gives the mean of ``output_fn`` over its members, so
+    neither a positional output to compare nor outputs to turn back to the forward strand."""
+    if not isinstance(model, (list, tuple)):
+        return
+    if positional is not None:
+        raise parameter_error(
+            func,
+            "score",
+            "scores of the ensemble's mean outputs (not jsd, l2 or log_l2)",
+            "a positional score for a list of models",
+            "Score each model on its own and average the tables.",
+        )
+    if views.strands == "both" and hasattr(output_fn, "reoriented"):
+        raise parameter_error(
+            func,
+            "strands",
+            "'forward' for an ensemble whose output_fn reads positions (a tracks or profile head)",
+            "'both'",
+            "Score each model on its own with strands='both' and average the tables.",
+        )
+
+
 def _check_attributions(attributions: Any, options: Any, layout: Any, func: str) -> dict[str, Any]:
     from ..attribution.methods import METHODS
 
@@ -368,6 +391,7 @@ def variant_effects(
     scores = check_scores(score, func)
     positional = check_positional(profile, scores, func)
     views = Views(check_shifts(shifts, func), check_strands(strands, func))
+    _check_ensemble(model, positional, views, output_fn, func)
     null_kind, n_null = check_null(null, n_null, func)
     seed = null_seed(random_state, func)
     extra = _check_attributions(attributions, attribution_options, layout, func)

@@ -329,3 +329,31 @@ def test_a_strand_pair_that_does_not_fit_the_tracks_is_one_line_naming_it():
             model, genome, _snvs(genome), length=60, output_fn=head, score="delta", strands="both"
         )
     assert "\n" not in str(caught.value)
+
+
+def test_an_ensemble_refuses_what_needs_each_models_positions(bpnet):
+    genome = _genome()
+    variants = _snvs(genome)
+    with pytest.raises(ValueError, match="'score' parameter"):
+        sa.variant_effects(
+            [bpnet, bpnet], genome, variants, length=L, output_fn=heads.counts(1), score="jsd"
+        )
+    with pytest.raises(ValueError, match="'strands' parameter"):
+        sa.variant_effects(
+            [_tracks_model()] * 2,
+            _genome(6),
+            _snvs(_genome(6)),
+            length=60,
+            output_fn=heads.tracks(0, bins=[1, 2]),
+            score="delta",
+            strands="both",
+        )
+    both = sa.variant_effects(
+        [bpnet, bpnet], genome, variants, length=L, output_fn=heads.counts(1), strands="both",
+        score="logfc",
+    )  # fmt: skip
+    one = sa.variant_effects(
+        bpnet, genome, variants, length=L, output_fn=heads.counts(1), strands="both",
+        score="logfc",
+    )  # fmt: skip
+    assert_close(both.scores["logfc"], one.scores["logfc"], 1e-5)
