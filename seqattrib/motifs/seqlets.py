@@ -130,8 +130,10 @@ class _Null:
 def _bins(X: np.ndarray, xmin: np.floating[Any], bin_width: float, n_bins: int) -> np.ndarray:
     """The bin of every value of ``X`` (its dtype for the difference, float64 for the ratio),
     values outside the range placed in the end bins."""
-    scaled = (X - xmin).astype(np.float64) / bin_width
-    return np.clip(np.floor(scaled), 0, n_bins - 1).astype(np.int64)
+    scaled = (X - xmin).astype(np.float64)
+    scaled /= bin_width
+    np.clip(scaled, 0, n_bins - 1, out=scaled)
+    return scaled.astype(np.int64)  # truncation: the floor of the non-negative values
 
 
 def _histogram(X: np.ndarray, xmin: np.floating[Any], bin_width: float, n_bins: int) -> np.ndarray:
