@@ -122,3 +122,30 @@ def test_eig_agrees_across_frameworks_and_finds_motifs(
     for attr in (attr_torch, attr_keras):
         scores = seqattrib.project(attr, positives.X)
         assert sv.motif_hit_fraction(scores, positives.motifs, kind) >= 0.9
+    assert_seqlets_named(attr_torch, positives, kind)
+
+
+#: The JASPAR 2024 consensus cluster family each planted motif's seqlets must be named after.
+FAMILY = {"GATA": ":GATA", "TAL1": ":bHLH"}
+
+
+def assert_seqlets_named(attr: np.ndarray, positives: sv.SimdnaCases, kind: str) -> None:
+    """At the defaults, the seqlets on planted ``kind`` sites are named after its family
+    (>= 85 %: E-box seqlets of these short EIG runs sometimes take a flank's match)."""
+    from seqattrib.motifs import annotate, seqlets
+
+    jaspar = sv.cases_dir() / "motifs" / "jaspar_2024_consensus.meme"
+    if not jaspar.exists():
+        pytest.skip(f"the JASPAR file of the validation cases is not at {jaspar}")
+    found = seqlets(attr, positives.X, sign="positive")
+    top = annotate(found, positives.X, jaspar, attributions=attr, n_matches=1)
+    on_site = [
+        i
+        for i, (row, start, end) in enumerate(
+            zip(found.example, found.start, found.end, strict=True)
+        )
+        if any(m.kind == kind and m.start < end and start < m.end for m in positives.motifs[row])
+    ]
+    assert len(on_site) >= len(positives.X) // 2, len(on_site)
+    named = np.char.find(top.motif_id[on_site].astype(str), FAMILY[kind]) >= 0
+    assert named.mean() >= 0.85, (kind, named.mean(), top.motif_id[on_site][~named])
