@@ -185,9 +185,9 @@ def add_head(p: argparse.ArgumentParser) -> None:
         type=HEAD,
         help="what to explain of a model with several outputs: profile[:chrombpnet|bpnet-lite] "
         "or counts (BPNet/ChromBPNet), logsumexp-counts:A+B, or tracks:track=T[+T...],"
-        "bins=START:STOP,reduce=sum|mean,transform=log1p|log,minus=T,output=KEY "
-        "(Enformer/Borzoi bins x tracks); --target picks among its columns (default: the "
-        "model's outputs as they are)",
+        "bins=START:STOP,reduce=sum|mean,transform=log1p|log,minus=T,output=KEY,"
+        "strand_pair=P+P... (Enformer/Borzoi bins x tracks); --target picks among its columns "
+        "(default: the model's outputs as they are)",
     )
 
 
