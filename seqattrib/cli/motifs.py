@@ -63,7 +63,7 @@ def add_seqlets(sub: Any) -> Parser:
     p.add_argument(
         "--controls",
         help="a tracks file of control attributions (shuffled sequences or background regions) "
-        "for each seqlet's false-discovery rate",
+        "for each seqlet's false-discovery rate (default: none, no rate)",
     )
     for flag, key, kind, help_text in _SEQLET_FLAGS:
         p.add_argument(flag, type=kind, help=f"{help_text} (default: {defaults[key].default})")
