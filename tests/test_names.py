@@ -443,6 +443,10 @@ AXIS_CALLS = {
     "plot_variant": lambda m, X, **kw: [
         _logo_boxes(ax) for ax in sa.plot.plot_variant(X[0], X[1], **kw).axes
     ],
+    "plot_seqlet": lambda m, X, **kw: [
+        _logo_boxes(ax)
+        for ax in sa.plot.plot_seqlet(X[0] - 0.3, np.full((4, 4), 0.25), start=2, end=6, **kw).axes
+    ],
 }
 
 

@@ -62,8 +62,9 @@ def plot_seqlet(
         Positions drawn on each side of the seqlet.
     name : str, optional
         The motif's name, for the lower panel's title.
-    alphabet_axis : {None, -1, -2}
-        As in :func:`plot_logo`.
+    alphabet_axis : {None, -1, -2} or the same axis as a positive index
+        The axis of the bases in ``attributions``: -1 for (length, 4), -2 for (4, length);
+        inferred when exactly one of them has size 4.
     out : str or path, optional
         Save the figure there.
     coordinates : (chrom, start), optional
