@@ -96,7 +96,7 @@ def test_modisco_recovers_the_demo_motifs_from_deepshap_tracks(tmp_path):
         pytest.skip("modisco-lite is not installed (pip install modisco-lite)")
     data = demo.load_data()
     for k, task in enumerate(demo.TASKS):
-        positives = np.flatnonzero(data["labels"][:, k] > 0)[:300]
+        positives = np.flatnonzero(data["labels"][:, k] > 0)[:150]
         X = sa.one_hot([data["sequences"][i] for i in positives], layout="NCL", dtype=np.int8)
         tracks = sa.deep_lift_shap(
             demo.torch_model(), X, target=k, multiply_by_inputs=False, out=tmp_path / f"{task}.h5"
