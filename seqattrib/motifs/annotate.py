@@ -191,20 +191,25 @@ def seqlet_matrices(
 
 def _matrices(seqlets: Seqlets, x: np.ndarray, a: np.ndarray | None) -> list[np.ndarray]:
     """The matrices of :func:`seqlet_matrices`, from checked arrays (``a``: projected)."""
-    out = []
-    for i in range(len(seqlets)):
-        row, start, end = int(seqlets.example[i]), int(seqlets.start[i]), int(seqlets.end[i])
-        bases = np.asarray(x[row, start:end], dtype=np.float64)
-        if a is None:
-            weight = np.ones(end - start)
-        else:
-            signed = np.maximum(int(seqlets.sign[i]) * a[row, start:end], 0)
-            top = signed.max()
-            weight = signed / top if top > 0 else np.ones(end - start)
-        known = bases.sum(axis=1) > 0
-        weight = np.where(known, weight, 0.0)
-        out.append(weight[:, None] * bases + (1 - weight[:, None]) / 4)
-    return out
+    widths = (seqlets.end - seqlets.start).astype(np.int64)
+    if len(widths) == 0:
+        return []
+    # every seqlet's positions as one flat run: seqlet k holds rows first[k] .. first[k + 1] - 1
+    first = np.concatenate([[0], np.cumsum(widths)])
+    owner = np.repeat(np.arange(len(widths)), widths)
+    rows = np.repeat(seqlets.example.astype(np.int64), widths)
+    cols = np.repeat(seqlets.start.astype(np.int64), widths) + np.arange(first[-1]) - first[owner]
+    bases = np.asarray(x[rows, cols], dtype=np.float64)
+    if a is None:
+        weight = np.ones(len(rows))
+    else:
+        values = a[rows, cols]
+        signed = np.maximum(np.repeat(seqlets.sign, widths).astype(values.dtype) * values, 0)
+        top = np.maximum.reduceat(signed, first[:-1])[owner]
+        weight = np.divide(signed, top, out=np.ones_like(signed), where=top > 0)
+    weight = np.where(bases.sum(axis=1) > 0, weight, 0.0)
+    flat = weight[:, None] * bases + (1 - weight[:, None]) / 4
+    return np.split(flat, first[1:-1])
 
 
 def _tomtom(queries: list[np.ndarray], targets: list[np.ndarray], n_jobs: int) -> tuple:
